@@ -1,0 +1,16 @@
+"""What travels on kip's topics: messages, tensors, error codes and their encoding."""
+
+from schemas.codec import decode, encode, headers, now_ms
+from schemas.errors import (DeadlineExceeded, Forbidden, InferenceFailed, Internal,
+                            InvalidRequest, KipError, ModelNotFound, Unauthenticated,
+                            error_for_code)
+from schemas.messages import (AuditRecord, DeadLetterRecord, ErrorInfo, InferenceRequest,
+                              InferenceResult, Priority, Route, Status, Timings, WorkItem)
+from schemas.tensors import Tensor
+
+__all__ = [
+    "AuditRecord", "DeadLetterRecord", "DeadlineExceeded", "ErrorInfo", "Forbidden",
+    "InferenceFailed", "InferenceRequest", "InferenceResult", "Internal", "InvalidRequest",
+    "KipError", "ModelNotFound", "Priority", "Route", "Status", "Tensor", "Timings",
+    "Unauthenticated", "WorkItem", "decode", "encode", "error_for_code", "headers", "now_ms",
+]

@@ -1,0 +1,62 @@
+"""orjson encoding of kip messages, and the Kafka headers that go with them."""
+
+from __future__ import annotations
+
+import time
+from typing import TypeVar
+
+import orjson
+from pydantic import ValidationError
+
+from schemas.errors import InvalidRequest
+from schemas.messages import (AuditRecord, DeadLetterRecord, InferenceRequest,
+                              InferenceResult, Message, WorkItem)
+
+M = TypeVar("M", bound=Message)
+
+MESSAGE_TYPES: dict[type[Message], str] = {
+    InferenceRequest: "inference-request",
+    WorkItem: "work-item",
+    InferenceResult: "inference-result",
+    AuditRecord: "audit-record",
+    DeadLetterRecord: "dead-letter",
+}
+TYPE_HEADER = "kip-type"
+VERSION_HEADER = "kip-schema-version"
+TRACE_HEADER = "traceparent"
+
+
+def encode(message: Message) -> bytes:
+    """The message as compact JSON bytes (absent optional fields left out)."""
+    return orjson.dumps(message.model_dump(mode="json", exclude_none=True))
+
+
+def decode(cls: type[M], payload: bytes) -> M:
+    """Parse and validate ``payload``; any problem is an ``InvalidRequest``."""
+    try:
+        return cls.model_validate_json(payload)
+    except ValidationError as exc:
+        raise InvalidRequest(_describe(exc)) from None
+
+
+def headers(message: Message, traceparent: str | None = None) -> list[tuple[str, bytes]]:
+    """Kafka headers naming the message type, schema version and trace context."""
+    out = [(TYPE_HEADER, MESSAGE_TYPES[type(message)].encode()),
+           (VERSION_HEADER, str(message.schema_version).encode())]
+    if traceparent:
+        out.append((TRACE_HEADER, traceparent.encode()))
+    return out
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _describe(exc: ValidationError) -> str:
+    """A short, payload-free description of the first few validation errors."""
+    parts = []
+    for err in exc.errors(include_input=False, include_url=False)[:3]:
+        loc = ".".join(str(p) for p in err["loc"]) or "message"
+        parts.append(f"{loc}: {err['msg']}")
+    more = exc.error_count() - len(parts)
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")

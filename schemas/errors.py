@@ -1,0 +1,80 @@
+"""The typed error hierarchy and its stable wire codes.
+
+Every error that can end a request has a subclass here with a ``code`` that never
+changes once published (producers in other languages branch on it), a ``retriable``
+flag, and where relevant a ``retry_after_ms``. Results carry the code and message,
+never a stack trace. ``error_for_code`` maps a code read off the wire back to its class.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class KipError(Exception):
+    """Root of every error kip puts on the wire."""
+
+    code: ClassVar[str] = "INTERNAL"
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, message: str, *, retry_after_ms: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_ms = retry_after_ms
+
+
+class InvalidRequest(KipError):
+    """The message could not be decoded or does not satisfy the schema or the model."""
+
+    code = "INVALID_REQUEST"
+
+
+class Unauthenticated(KipError):
+    """Bad signature, unknown key id, or issued_at outside the replay window."""
+
+    code = "UNAUTHENTICATED"
+
+
+class Forbidden(KipError):
+    """The tenant is known but may not use this model or priority class."""
+
+    code = "FORBIDDEN"
+
+
+class ModelNotFound(KipError):
+    """The alias resolves to no model version in the registry."""
+
+    code = "MODEL_NOT_FOUND"
+
+
+class DeadlineExceeded(KipError):
+    """The request's deadline passed before it could be served."""
+
+    code = "DEADLINE_EXCEEDED"
+
+
+class InferenceFailed(KipError):
+    """The model ran but failed or returned something unusable (NaN, wrong row count)."""
+
+    code = "INFERENCE_FAILED"
+
+
+class Internal(KipError):
+    """A kip defect or an unexpected environment failure."""
+
+    code = "INTERNAL"
+    retriable = True
+
+
+_BY_CODE: dict[str, type[KipError]] = {
+    cls.code: cls
+    for cls in (InvalidRequest, Unauthenticated, Forbidden, ModelNotFound,
+                DeadlineExceeded, InferenceFailed, Internal)
+}
+
+ERROR_CODES: tuple[str, ...] = tuple(sorted(_BY_CODE))
+
+
+def error_for_code(code: str) -> type[KipError]:
+    """Return the error class for a wire code (``Internal`` for an unknown one)."""
+    return _BY_CODE.get(code, Internal)

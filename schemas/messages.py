@@ -1,0 +1,143 @@
+"""The messages that travel on kip's topics (schema version 1).
+
+Every message is a frozen pydantic model that forbids unknown fields and carries
+``schema_version``; ``schemas.codec`` turns them into orjson bytes and Kafka headers.
+Times are integer Unix milliseconds (``*_ms``); durations are float milliseconds.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.tensors import Tensor
+
+SCHEMA_VERSION = 1
+_ID = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"
+_TRACEPARENT = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
+_TOPIC = r"^[A-Za-z0-9._\-]{1,249}$"
+
+
+class Priority(StrEnum):
+    INTERACTIVE = "interactive"
+    STANDARD = "standard"
+    BATCH = "batch"
+
+
+class Status(StrEnum):
+    OK = "ok"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    FAILED = "failed"
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+class InferenceRequest(Message):
+    """What a producer publishes to ``kip.requests.<priority>`` (key: tenant)."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    request_id: str = Field(pattern=_ID)
+    tenant: str = Field(pattern=_ID)
+    key_id: str = Field(pattern=_ID)
+    signature: str = Field(pattern=r"^[0-9a-f]{64}$", description="hex HMAC-SHA256")
+    issued_at_ms: int = Field(ge=0)
+    priority: Priority
+    model: str = Field(pattern=_ID, description="model alias, or name@version to pin")
+    deadline_ms: int | None = Field(default=None, ge=0, description="absolute Unix ms")
+    reply_to: str | None = Field(default=None, pattern=_TOPIC)
+    traceparent: str | None = Field(default=None, pattern=_TRACEPARENT)
+    inputs: list[Tensor] = Field(min_length=1, max_length=64)
+
+
+class Route(Message):
+    """Where the pipeline sent a request: an immutable model version."""
+
+    alias: str
+    model_name: str
+    model_version: str
+    artifact_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class WorkItem(Message):
+    """What the pipeline publishes to ``kip.work.<model>.<priority>`` (key: request id)."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    request: InferenceRequest
+    route: Route
+    routed_at_ms: int
+
+
+class ErrorInfo(Message):
+    code: str
+    message: str
+    retry_after_ms: int | None = None
+
+
+class Timings(Message):
+    """Milliseconds spent in each stage; ``total_ms`` runs from ``issued_at_ms``."""
+
+    queue_ms: float | None = None
+    batch_wait_ms: float | None = None
+    inference_ms: float | None = None
+    total_ms: float
+
+
+class InferenceResult(Message):
+    """The one terminal result of a request (key: request id), on its reply topic."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    request_id: str
+    tenant: str | None = None
+    priority: Priority | None = None
+    status: Status
+    error: ErrorInfo | None = None
+    model: str | None = None
+    model_name: str | None = None
+    model_version: str | None = None
+    artifact_sha256: str | None = None
+    outputs: list[Tensor] = Field(default_factory=list)
+    timings: Timings
+    batch_size: int | None = None
+    traceparent: str | None = None
+    produced_at_ms: int
+
+
+class AuditRecord(Message):
+    """One governance record per decision; the record with ``final`` ends the request."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    request_id: str
+    stage: Literal["pipeline", "worker"]
+    decision: str = Field(description="routed, or the terminal status")
+    final: bool
+    tenant: str | None = None
+    key_id: str | None = None
+    priority: Priority | None = None
+    model: str | None = None
+    model_name: str | None = None
+    model_version: str | None = None
+    artifact_sha256: str | None = None
+    error_code: str | None = None
+    payload_bytes: int
+    traceparent: str | None = None
+    at_ms: int
+
+
+class DeadLetterRecord(Message):
+    """A message kip could not use, with where it came from and why."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    origin_topic: str
+    origin_partition: int
+    origin_offset: int
+    error_code: str
+    reason: str
+    request_id: str | None = None
+    payload_b64: str = Field(description="the original bytes, base64, cut at 64 KiB")
+    payload_bytes: int
+    at_ms: int

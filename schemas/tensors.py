@@ -1,0 +1,149 @@
+"""Tensors on the wire, in the Open Inference Protocol v2 shape.
+
+A tensor is ``name``, ``datatype``, ``shape`` and exactly one of:
+
+- ``data``: the elements as a flat, row-major JSON list (numbers, booleans, or UTF-8
+  strings for ``BYTES``), as Triton and KServe accept them;
+- ``raw``: base64 of the raw little-endian element bytes, row-major. About 1.3x the
+  bytes of the array instead of ~5x for a JSON float list, and no per-element parsing.
+
+Validation turns the tensor into a numpy array once, so a tensor that validates is one
+the worker can use: element count matches the shape, and floating values are finite.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from functools import cached_property
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Datatype = Literal["BOOL", "UINT8", "INT8", "INT16", "INT32", "INT64",
+                   "FP16", "FP32", "FP64", "BYTES"]
+
+NUMPY_DTYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype("bool"),
+    "UINT8": np.dtype("<u1"),
+    "INT8": np.dtype("<i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+}
+_DATATYPE_OF_KIND = {v.str: k for k, v in NUMPY_DTYPES.items()}
+_MAX_DIMS = 8
+
+
+class Tensor(BaseModel):
+    """One named input or output tensor (OIP v2 plus the ``raw`` form)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128)
+    datatype: Datatype
+    shape: list[int] = Field(max_length=_MAX_DIMS)
+    data: list[Any] | None = None
+    raw: str | None = Field(default=None, description="base64 of little-endian bytes")
+
+    @model_validator(mode="after")
+    def _check(self) -> Tensor:
+        if (self.data is None) == (self.raw is None):
+            raise ValueError("a tensor carries exactly one of 'data' or 'raw'")
+        if any(d < 0 for d in self.shape):
+            raise ValueError("shape dimensions must be >= 0")
+        self.array  # noqa: B018 - decoding is the validation
+        return self
+
+    @property
+    def element_count(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @cached_property
+    def array(self) -> np.ndarray:
+        """The tensor as a numpy array of its shape (object array of str for BYTES)."""
+        if self.datatype == "BYTES":
+            return self._bytes_array()
+        dtype = NUMPY_DTYPES[self.datatype]
+        if self.raw is not None:
+            flat = np.frombuffer(_b64decode(self.raw), dtype=dtype)
+        else:
+            flat = _numbers_to_array(self.data, dtype, self.datatype)
+        if flat.size != self.element_count:
+            raise ValueError(f"tensor '{self.name}' has {flat.size} elements, "
+                             f"shape {self.shape} needs {self.element_count}")
+        if flat.dtype.kind == "f" and not np.isfinite(flat).all():
+            raise ValueError(f"tensor '{self.name}' holds NaN or infinity")
+        return flat.reshape(self.shape)
+
+    def _bytes_array(self) -> np.ndarray:
+        if self.raw is not None:
+            raise ValueError("BYTES tensors travel as 'data' (a list of strings)")
+        if not all(isinstance(s, str) for s in self.data):
+            raise ValueError(f"tensor '{self.name}' of datatype BYTES needs strings")
+        if len(self.data) != self.element_count:
+            raise ValueError(f"tensor '{self.name}' has {len(self.data)} elements, "
+                             f"shape {self.shape} needs {self.element_count}")
+        return np.array(self.data, dtype=object).reshape(self.shape)
+
+    def digest(self) -> bytes:
+        """sha256 over name, datatype, shape and the element bytes (see docs/protocol.md).
+
+        Independent of the JSON spelling of numbers, so a producer in any language
+        can compute it from the values it sends.
+        """
+        h = hashlib.sha256()
+        h.update(f"{self.name}\n{self.datatype}\n{','.join(map(str, self.shape))}\n".encode())
+        if self.datatype == "BYTES":
+            for s in self.data:
+                b = s.encode("utf-8")
+                h.update(len(b).to_bytes(4, "little"))
+                h.update(b)
+        else:
+            h.update(np.ascontiguousarray(self.array).tobytes())
+        return h.digest()
+
+    @classmethod
+    def from_array(cls, name: str, array: np.ndarray, *, raw: bool = True) -> Tensor:
+        """Build a tensor from a numpy array (``raw`` form by default)."""
+        if array.dtype.kind in "OUS":
+            return cls(name=name, datatype="BYTES", shape=list(array.shape),
+                       data=[str(s) for s in array.reshape(-1)])
+        arr = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+        datatype = _DATATYPE_OF_KIND.get(arr.dtype.str)
+        if datatype is None:
+            raise ValueError(f"numpy dtype {array.dtype} has no kip datatype")
+        if raw:
+            return cls(name=name, datatype=datatype, shape=list(arr.shape),
+                       raw=base64.b64encode(arr.tobytes()).decode("ascii"))
+        return cls(name=name, datatype=datatype, shape=list(arr.shape),
+                   data=arr.reshape(-1).tolist())
+
+    @classmethod
+    def text(cls, name: str, texts: list[str]) -> Tensor:
+        """A BYTES tensor of shape ``[len(texts)]``."""
+        return cls(name=name, datatype="BYTES", shape=[len(texts)], data=list(texts))
+
+
+def _b64decode(raw: str) -> bytes:
+    try:
+        return base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError(f"'raw' is not valid base64: {exc}") from None
+
+
+def _numbers_to_array(data: list[Any], dtype: np.dtype, datatype: str) -> np.ndarray:
+    kind_ok = (bool,) if datatype == "BOOL" else (int, float) if dtype.kind == "f" else (int,)
+    if not all(isinstance(v, kind_ok) and (datatype == "BOOL" or not isinstance(v, bool))
+               for v in data):
+        raise ValueError(f"datatype {datatype} needs {' or '.join(t.__name__ for t in kind_ok)} "
+                         "elements")
+    try:
+        return np.array(data, dtype=dtype)
+    except OverflowError:
+        raise ValueError(f"a value does not fit datatype {datatype}") from None
