@@ -1,0 +1,16 @@
+"""Pipeline process settings (env prefix ``KIP_``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from kip.settings import KipSettings
+
+
+class PipelineSettings(KipSettings):
+    access_file: Path = Field(Path(".kip/access.json"), description="keys and tenant policies")
+    replay_window_ms: int = Field(300_000, description="accepted |now - issued_at_ms|")
+    take_max: int = Field(200, description="requests decided per produce round")
+    take_within_s: float = Field(0.005, description="longest wait to fill a round")

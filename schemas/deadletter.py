@@ -1,0 +1,42 @@
+"""Dead-letter records for messages kip could not use, and what can be read off them."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import orjson
+
+from schemas.errors import KipError
+from schemas.messages import DeadLetterRecord
+
+PAYLOAD_KEPT_BYTES = 64 * 1024
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$")
+
+
+def dead_letter(payload: bytes, topic: str, partition: int, offset: int, err: KipError,
+                now_ms: int) -> DeadLetterRecord:
+    return DeadLetterRecord(
+        origin_topic=topic, origin_partition=partition, origin_offset=offset,
+        error_code=err.code, reason=err.message, request_id=hints(payload).get("request_id"),
+        payload_b64=base64.b64encode(payload[:PAYLOAD_KEPT_BYTES]).decode(),
+        payload_bytes=len(payload), at_ms=now_ms)
+
+
+def hints(payload: bytes) -> dict[str, str]:
+    """Identifier fields of an invalid message (top level or under ``request``), kept only
+    when well-formed, so that its result can still be correlated."""
+    try:
+        doc = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return {}
+    if isinstance(doc, dict) and isinstance(doc.get("request"), dict):
+        doc = doc["request"]
+    if not isinstance(doc, dict):
+        return {}
+    return {k: doc[k] for k in ("request_id", "tenant", "reply_to")
+            if isinstance(doc.get(k), str) and _ID.match(doc[k])}
+
+
+def fallback_request_id(topic: str, partition: int, offset: int) -> str:
+    return f"undecodable.{topic}.{partition}.{offset}"

@@ -1,0 +1,51 @@
+"""The declarative catalogue: every topic kip needs, with its settings and its key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from topics.names import PRIORITIES, TopicNames
+
+DAY_MS = 24 * 3600 * 1000
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024   # must agree with the producers' max_request_size
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    key: str
+    purpose: str
+    config: dict[str, str] = field(default_factory=dict)
+
+
+def _delete(retention_ms: int) -> dict[str, str]:
+    return {"cleanup.policy": "delete", "retention.ms": str(retention_ms),
+            "max.message.bytes": str(MAX_MESSAGE_BYTES), "min.insync.replicas": "1"}
+
+
+def _compact() -> dict[str, str]:
+    return {"cleanup.policy": "compact", "min.insync.replicas": "1"}
+
+
+def catalogue(names: TopicNames, models: list[str], partitions: int = 3) -> list[TopicSpec]:
+    """The full topic list for a deployment serving ``models``."""
+    specs = [TopicSpec(names.requests(p), partitions, "tenant",
+                       f"inference requests of class {p.value}", _delete(DAY_MS))
+             for p in PRIORITIES]
+    specs += [TopicSpec(names.work(m, p), partitions, "request id",
+                        f"admitted {p.value} requests routed to model {m}", _delete(DAY_MS))
+              for m in models for p in PRIORITIES]
+    specs += [
+        TopicSpec(names.results, partitions, "request id",
+                  "terminal results (default reply topic)", _delete(7 * DAY_MS)),
+        TopicSpec(names.audit, partitions, "request id",
+                  "governance records, one final record per request", _delete(30 * DAY_MS)),
+        TopicSpec(names.deadletter, 1, "origin topic",
+                  "messages kip could not use, with their origin", _delete(30 * DAY_MS)),
+        TopicSpec(names.control, 1, "entity (route, tenant)",
+                  "model routes, tenant policies, rollout state", _compact()),
+        TopicSpec(names.telemetry, 1, "worker id",
+                  "loaded models, queue depth, throughput per worker", _compact()),
+    ]
+    return specs

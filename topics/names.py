@@ -1,0 +1,49 @@
+"""Every topic name kip uses comes from here, never from a literal elsewhere.
+
+``TopicNames(prefix)`` lets several kip deployments (or test runs) share one cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.messages import Priority
+
+PRIORITIES: tuple[Priority, ...] = (Priority.INTERACTIVE, Priority.STANDARD, Priority.BATCH)
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    prefix: str = "kip"
+
+    def requests(self, priority: Priority | str) -> str:
+        return f"{self.prefix}.requests.{Priority(priority).value}"
+
+    def work(self, model: str, priority: Priority | str) -> str:
+        return f"{self.prefix}.work.{model}.{Priority(priority).value}"
+
+    @property
+    def results(self) -> str:
+        return f"{self.prefix}.results"
+
+    @property
+    def audit(self) -> str:
+        return f"{self.prefix}.audit"
+
+    @property
+    def deadletter(self) -> str:
+        return f"{self.prefix}.deadletter"
+
+    @property
+    def control(self) -> str:
+        return f"{self.prefix}.control"
+
+    @property
+    def telemetry(self) -> str:
+        return f"{self.prefix}.telemetry"
+
+    def all_requests(self) -> list[str]:
+        return [self.requests(p) for p in PRIORITIES]
+
+    def all_work(self, model: str) -> list[str]:
+        return [self.work(model, p) for p in PRIORITIES]

@@ -1,0 +1,110 @@
+"""One ONNX Runtime session for one immutable model version.
+
+``ModelSession.run`` takes the inputs of several requests, concatenates their rows,
+tokenizes text where the manifest says so, runs the session once, checks the outputs
+(row count, finite values) and splits them back per request. It is synchronous: the
+worker calls it in an executor so the event loop (and Kafka heartbeats) keep running.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from kip.registry import ModelVersion
+from schemas.errors import InferenceFailed
+from schemas.tensors import Tensor
+from workers.preprocess import encode_texts
+
+log = logging.getLogger("kip.worker")
+CUDA = "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
+
+
+def gpu_present() -> bool:
+    return Path("/dev/nvidia0").exists() or bool(os.environ.get("KIP_ASSUME_GPU"))
+
+
+def choose_providers(device: str) -> list[str]:
+    """``auto``: CUDA where a GPU and the CUDA provider exist, else CPU; ``cuda``; ``cpu``."""
+    import onnxruntime as ort
+
+    available = ort.get_available_providers()
+    if device == "cpu":
+        return [CPU]
+    if device == "cuda":
+        if CUDA not in available:
+            raise RuntimeError(f"device=cuda but this onnxruntime has only {available}; "
+                               "install onnxruntime-gpu")
+        return [CUDA, CPU]
+    return [CUDA, CPU] if CUDA in available and gpu_present() else [CPU]
+
+
+class ModelSession:
+    def __init__(self, version: ModelVersion, device: str = "auto") -> None:
+        import onnxruntime as ort
+
+        self.version = version
+        self.manifest = version.manifest
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = ort.InferenceSession(str(version.artifact), options,
+                                            providers=choose_providers(device))
+        self.provider = self.session.get_providers()[0]
+        if device == "cuda" and self.provider != CUDA:
+            raise RuntimeError(f"CUDA was required but ONNX Runtime gave {self.provider}")
+        self.tokenizer = self._load_tokenizer()
+        self.output_names = [o.name for o in self.manifest.outputs]
+        log.info("loaded %s@%s on %s", self.manifest.name, self.manifest.version, self.provider)
+
+    def _load_tokenizer(self):
+        pre = self.manifest.preprocessing
+        if pre is None:
+            return None
+        from tokenizers import Tokenizer
+        return Tokenizer.from_file(str(self.version.file(pre.tokenizer_file)))
+
+    def run(self, requests: list[list[Tensor]]) -> list[list[Tensor]]:
+        """Outputs per request, in order; raises ``InferenceFailed`` for the whole batch."""
+        rows = [_rows(inputs) for inputs in requests]
+        feeds = self.feeds(requests)
+        try:
+            outputs = self.session.run(self.output_names, feeds)
+        except Exception as exc:  # ORT raises its own exception types
+            raise InferenceFailed(f"ONNX Runtime failed: {exc}") from exc
+        _check(outputs, self.output_names, sum(rows))
+        bounds = np.cumsum([0, *rows])
+        return [[Tensor.from_array(name, out[bounds[i]:bounds[i + 1]])
+                 for name, out in zip(self.output_names, outputs)]
+                for i in range(len(requests))]
+
+    def feeds(self, requests: list[list[Tensor]]) -> dict[str, np.ndarray]:
+        """The ONNX inputs for a batch: rows concatenated, text tokenized."""
+        joined = {spec.name: np.concatenate([_named(r, spec.name).array for r in requests])
+                  for spec in self.manifest.inputs}
+        pre = self.manifest.preprocessing
+        if pre is None:
+            return joined
+        encoded = encode_texts(self.tokenizer, [str(t) for t in joined[pre.text_input]],
+                               pre.max_length)
+        ids_name, mask_name = pre.onnx_inputs
+        return {ids_name: encoded["input_ids"], mask_name: encoded["attention_mask"]}
+
+
+def _named(inputs: list[Tensor], name: str) -> Tensor:
+    return next(t for t in inputs if t.name == name)
+
+
+def _rows(inputs: list[Tensor]) -> int:
+    return inputs[0].shape[0]
+
+
+def _check(outputs: list[np.ndarray], names: list[str], rows: int) -> None:
+    for name, out in zip(names, outputs, strict=True):
+        if out.shape[0] != rows:
+            raise InferenceFailed(f"output '{name}' has {out.shape[0]} rows for {rows} inputs")
+        if out.dtype.kind == "f" and not np.isfinite(out).all():
+            raise InferenceFailed(f"output '{name}' holds NaN or infinity")

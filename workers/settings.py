@@ -1,0 +1,18 @@
+"""Worker process settings (env prefix ``KIP_``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from kip.settings import KipSettings
+
+
+class WorkerSettings(KipSettings):
+    model: str = Field("minilm", description="alias whose model this worker serves")
+    device: Literal["auto", "cuda", "cpu"] = Field(
+        "auto", description="auto: CUDA when a GPU is present; cuda: refuse CPU fallback")
+    max_batch: int = Field(0, description="requests per inference call; 0 = manifest max_batch")
+    max_delay_ms: float = Field(5.0, description="longest wait to fill a batch")
+    session_timeout_ms: int = Field(30_000, description="consumer group session timeout")

@@ -1,0 +1,220 @@
+"""The GPU worker: one aiokafka consumer-group member serving one model.
+
+Delivery (this issue): at-least-once. For each micro-batch the worker produces every
+result and final audit record, waits for all acknowledgements (acks=all, idempotent
+producer), and only then commits the batch's offsets. A crash between the two replays
+the batch; issue 4 turns this into Kafka transactions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.structs import ConsumerRecord
+
+from kip import metrics
+from kip.registry import Registry
+from schemas.codec import decode, encode, headers, now_ms
+from schemas.deadletter import dead_letter, fallback_request_id, hints
+from schemas.errors import DeadlineExceeded, Internal, InvalidRequest, KipError
+from schemas.messages import (AuditRecord, InferenceResult, Priority, Status, Timings,
+                              WorkItem)
+from topics.catalogue import MAX_MESSAGE_BYTES
+from workers.batcher import next_batch
+from workers.outcome import Stamps, terminal
+from workers.session import ModelSession
+from workers.settings import WorkerSettings
+
+log = logging.getLogger("kip.worker")
+_RANK = {Priority.INTERACTIVE: 0, Priority.STANDARD: 1, Priority.BATCH: 2}
+Output = tuple[str, bytes, object, str | None]   # topic, key, message, traceparent
+
+
+class Worker:
+    def __init__(self, settings: WorkerSettings) -> None:
+        self.settings = settings
+        self.names = settings.names
+        self.registry = Registry(settings.registry_dir)
+        self.model = self.registry.resolve(settings.model).manifest.name
+        self.sessions: dict[str, ModelSession] = {}
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kip-infer")
+        self.consumer: AIOKafkaConsumer | None = None
+        self.producer: AIOKafkaProducer | None = None
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        if self._task is not None:
+            return
+        alias = self.registry.resolve(self.settings.model)
+        await self._session(alias.manifest.name, alias.manifest.version)
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.bootstrap, acks="all", enable_idempotence=True,
+            max_request_size=MAX_MESSAGE_BYTES, client_id=f"kip-worker-{self.model}")
+        self.consumer = AIOKafkaConsumer(
+            *self.names.all_work(self.model), bootstrap_servers=self.settings.bootstrap,
+            group_id=f"{self.names.prefix}.workers.{self.model}", enable_auto_commit=False,
+            auto_offset_reset="earliest", isolation_level="read_committed",
+            session_timeout_ms=self.settings.session_timeout_ms,
+            heartbeat_interval_ms=self.settings.session_timeout_ms // 3,
+            max_partition_fetch_bytes=MAX_MESSAGE_BYTES + 1024 * 1024,
+            fetch_max_bytes=4 * MAX_MESSAGE_BYTES)
+        await self.producer.start()
+        await self.consumer.start()
+        self._task = asyncio.create_task(self._loop(), name=f"kip-worker-{self.model}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        for client in (self.consumer, self.producer):
+            if client is not None:
+                await client.stop()
+        self.consumer = self.producer = None
+        self.executor.shutdown(wait=True)
+
+    async def wait(self) -> None:
+        """Until the loop ends (it only ends by an error or ``stop``)."""
+        if self._task is not None:
+            await self._task
+
+    async def __aenter__(self) -> Worker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    @property
+    def max_batch(self) -> int:
+        if self.settings.max_batch:
+            return self.settings.max_batch
+        return max(s.manifest.max_batch for s in self.sessions.values())
+
+    async def _loop(self) -> None:
+        while True:
+            records = await next_batch(self.consumer, self.max_batch, self.settings.max_delay_ms)
+            if records:
+                await self.process(records)
+
+    async def process(self, records: list[ConsumerRecord]) -> None:
+        """Outputs for every record, all acknowledged, then the offsets committed."""
+        pulled = float(now_ms())
+        outputs: list[Output] = []
+        items: list[WorkItem] = []
+        for record in records:
+            try:
+                items.append(decode(WorkItem, record.value))
+            except InvalidRequest as err:
+                outputs += self._undecodable(record, err)
+        outputs += await self._serve(items, pulled)
+        await self._produce(outputs)
+        await self.consumer.commit(_next_offsets(records))
+
+    async def _serve(self, items: list[WorkItem], pulled: float) -> list[Output]:
+        now = now_ms()
+        live = [i for i in items if i.request.deadline_ms is None or i.request.deadline_ms > now]
+        expired = DeadlineExceeded("the deadline passed while the request waited for a worker")
+        outputs = [o for i in items if i not in live
+                   for o in self._terminal(i, Stamps(pulled), error=expired)]
+        groups: dict[tuple[str, str], list[WorkItem]] = defaultdict(list)
+        for item in sorted(live, key=lambda i: _RANK[i.request.priority]):
+            groups[(item.route.model_name, item.route.model_version)].append(item)
+        for (name, version), group in groups.items():
+            outputs += await self._infer(name, version, group, pulled)
+        return outputs
+
+    async def _infer(self, name: str, version: str, group: list[WorkItem], pulled: float
+                     ) -> list[Output]:
+        stamps = Stamps(pulled, batch_size=sum(i.request.inputs[0].shape[0] for i in group))
+        try:
+            session = await self._session(name, version)
+            stamps.started_ms = time.time() * 1000
+            per_request = await asyncio.get_running_loop().run_in_executor(
+                self.executor, session.run, [i.request.inputs for i in group])
+            stamps.finished_ms = time.time() * 1000
+        except KipError as err:
+            return [o for i in group for o in self._terminal(i, stamps, error=err)]
+        except Exception as exc:  # a defect: still one terminal result per request
+            log.exception("inference on %s@%s failed", name, version)
+            err = Internal(f"{type(exc).__name__}: {exc}")
+            return [o for i in group for o in self._terminal(i, stamps, error=err)]
+        metrics.BATCH_SIZE.labels(name).observe(stamps.batch_size)
+        metrics.LATENCY.labels("inference", "", name).observe(
+            (stamps.finished_ms - stamps.started_ms) / 1000)
+        return [o for i, out in zip(group, per_request)
+                for o in self._terminal(i, stamps, outputs=out)]
+
+    async def _session(self, name: str, version: str) -> ModelSession:
+        key = f"{name}@{version}"
+        if key not in self.sessions:
+            loop = asyncio.get_running_loop()
+            mv = await loop.run_in_executor(self.executor, self.registry.load, name, version)
+            self.sessions[key] = await loop.run_in_executor(
+                self.executor, ModelSession, mv, self.settings.device)
+            log.warning("worker serves %s on %s", key, self.sessions[key].provider)
+        return self.sessions[key]
+
+    def _terminal(self, item: WorkItem, stamps: Stamps, outputs=None, error=None
+                  ) -> list[Output]:
+        now = now_ms()
+        result, audit = terminal(item, stamps, now, outputs, error)
+        _observe(result)
+        reply_to = item.request.reply_to or self.names.results
+        key = item.request.request_id.encode()
+        trace = item.request.traceparent
+        return [(reply_to, key, result, trace), (self.names.audit, key, audit, trace)]
+
+    def _undecodable(self, record: ConsumerRecord, err: InvalidRequest) -> list[Output]:
+        now = now_ms()
+        found = hints(record.value)
+        request_id = found.get("request_id") or fallback_request_id(
+            record.topic, record.partition, record.offset)
+        result = InferenceResult(request_id=request_id, status=Status.FAILED,
+                                 error={"code": err.code, "message": err.message},
+                                 timings=Timings(total_ms=0.0), produced_at_ms=now)
+        audit = AuditRecord(request_id=request_id, stage="worker", decision="failed",
+                            final=True, tenant=found.get("tenant"), error_code=err.code,
+                            payload_bytes=len(record.value), at_ms=now)
+        dead = dead_letter(record.value, record.topic, record.partition, record.offset, err, now)
+        key = request_id.encode()
+        return [(self.names.results, key, result, None), (self.names.audit, key, audit, None),
+                (self.names.deadletter, record.topic.encode(), dead, None)]
+
+    async def _produce(self, outputs: list[Output]) -> None:
+        futures = [await self.producer.send(topic, encode(msg), key=key,
+                                            headers=headers(msg, trace))
+                   for topic, key, msg, trace in outputs]
+        await asyncio.gather(*futures)
+
+
+def _observe(result: InferenceResult) -> None:
+    code = result.error.code if result.error else None
+    metrics.count("worker", result.status.value, code, result.priority, result.model_name)
+    t = result.timings
+    labels = (result.priority or "", result.model_name or "")
+    metrics.LATENCY.labels("end_to_end", *labels).observe(t.total_ms / 1000)
+    if t.queue_ms is not None:
+        metrics.LATENCY.labels("queue", *labels).observe(t.queue_ms / 1000)
+    if t.batch_wait_ms is not None:
+        metrics.LATENCY.labels("batch_wait", *labels).observe(t.batch_wait_ms / 1000)
+
+
+def _next_offsets(records: list[ConsumerRecord]) -> dict[TopicPartition, int]:
+    out: dict[TopicPartition, int] = {}
+    for r in records:
+        tp = TopicPartition(r.topic, r.partition)
+        out[tp] = max(out.get(tp, 0), r.offset + 1)
+    return out
+
+
+async def run(settings: WorkerSettings) -> None:
+    """Run one worker until cancelled (SIGINT/SIGTERM in ``kip worker``)."""
+    metrics.serve(settings.metrics_port)
+    async with Worker(settings) as worker:
+        await worker.wait()
