@@ -14,11 +14,12 @@ import faust
 
 from kip import metrics
 from pipeline.access import AccessConfig
-from pipeline.decide import Context, Decision, Forward, Origin, decide
+from pipeline.decide import Context, Decision, Forward, Origin, decide, undecodable
+from schemas.errors import Internal
 from pipeline.routing import Router
 from pipeline.settings import PipelineSettings
 from schemas.codec import encode, headers, now_ms
-from schemas.messages import DeadLetterRecord
+from schemas.messages import DeadLetterRecord, WorkItem
 from topics.names import PRIORITIES, TopicNames
 
 log = logging.getLogger("kip.pipeline")
@@ -47,11 +48,30 @@ def _registry(settings: PipelineSettings):
 def _admit_agent(app: faust.App, settings: PipelineSettings, access: AccessConfig,
                  router: Router):
     async def admit(stream):
-        async for events in stream.take_events(settings.take_max, within=settings.take_within_s):
-            ctx = Context(access, router, settings.names, now_ms(), settings.replay_window_ms)
-            decisions = [decide(e.message.value, _origin(e.message), ctx) for e in events]
-            await publish(app.producer, settings.names, decisions)
+        try:
+            async for events in stream.take_events(settings.take_max,
+                                                   within=settings.take_within_s):
+                ctx = Context(access, router, settings.names, now_ms(),
+                              settings.replay_window_ms)
+                decisions = [decide_safely(e.message.value, _origin(e.message), ctx)
+                             for e in events]
+                await publish(app.producer, settings.names, decisions)
+        except Exception as exc:
+            # Offsets of the failed round are not committed: a restart replays it.
+            log.critical("pipeline agent failed, stopping the process: %r", exc)
+            await app.crash(exc)
+            raise
     return admit
+
+
+def decide_safely(payload: bytes, origin: Origin, ctx: Context) -> Decision:
+    """``decide``, with a defect turned into an INTERNAL rejection instead of a crash."""
+    try:
+        return decide(payload, origin, ctx)
+    except Exception as exc:
+        log.exception("decide() failed on %s[%d]@%d", origin.topic, origin.partition,
+                      origin.offset)
+        return undecodable(payload, origin, Internal(f"pipeline defect: {exc!r}"), ctx)
 
 
 def _origin(message) -> Origin:
@@ -74,6 +94,8 @@ def message_key(message) -> bytes:
     """Dead letters are keyed by origin topic; everything else by request id."""
     if isinstance(message, DeadLetterRecord):
         return message.origin_topic.encode()
+    if isinstance(message, WorkItem):
+        return message.request.request_id.encode()
     return message.request_id.encode()
 
 

@@ -109,7 +109,7 @@ def reject(request: InferenceRequest, err: KipError, ctx: Context, size: int) ->
     return Reject(reply_to, result, audit)
 
 
-def undecodable(payload: bytes, origin: Origin, err: InvalidRequest, ctx: Context) -> Reject:
+def undecodable(payload: bytes, origin: Origin, err: KipError, ctx: Context) -> Reject:
     """A message that is not a valid request: result + final audit + dead letter."""
     found = hints(payload)
     request_id = found.get("request_id") or fallback_request_id(

@@ -141,3 +141,11 @@ class DeadLetterRecord(Message):
     payload_b64: str = Field(description="the original bytes, base64, cut at 64 KiB")
     payload_bytes: int
     at_ms: int
+
+
+def output_array(result: InferenceResult, name: str):
+    """The named output of a result as a numpy array (KeyError if absent)."""
+    for tensor in result.outputs:
+        if tensor.name == name:
+            return tensor.array
+    raise KeyError(f"result {result.request_id} has no output '{name}'")

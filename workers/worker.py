@@ -118,10 +118,13 @@ class Worker:
 
     async def _serve(self, items: list[WorkItem], pulled: float) -> list[Output]:
         now = now_ms()
-        live = [i for i in items if i.request.deadline_ms is None or i.request.deadline_ms > now]
+        live, outputs = [], []
         expired = DeadlineExceeded("the deadline passed while the request waited for a worker")
-        outputs = [o for i in items if i not in live
-                   for o in self._terminal(i, Stamps(pulled), error=expired)]
+        for item in items:
+            if item.request.deadline_ms is None or item.request.deadline_ms > now:
+                live.append(item)
+            else:
+                outputs += self._terminal(item, Stamps(pulled), error=expired)
         groups: dict[tuple[str, str], list[WorkItem]] = defaultdict(list)
         for item in sorted(live, key=lambda i: _RANK[i.request.priority]):
             groups[(item.route.model_name, item.route.model_version)].append(item)

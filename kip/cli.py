@@ -1,0 +1,187 @@
+"""The ``kip`` command. Every subcommand is a thin shell over a module that does the work."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+
+HOME = Path(os.environ.get("KIP_HOME", ".kip"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=os.environ.get("KIP_LOG_LEVEL", "WARNING"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args) or 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # the CLI's last word: one clear line, no traceback
+        if os.environ.get("KIP_DEBUG"):
+            raise
+        print(f"kip: error: {exc or type(exc).__name__}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kip", description="Kafka Inference Pipeline")
+    sub = p.add_subparsers(required=True, metavar="COMMAND")
+
+    kafka = sub.add_parser("kafka", help="a local single-node Kafka broker (KRaft)")
+    kafka.add_argument("action", choices=["start", "stop", "status"])
+    kafka.add_argument("--dir", type=Path, default=HOME / "kafka")
+    kafka.add_argument("--port", type=int, default=9092)
+    kafka.set_defaults(func=_kafka)
+
+    topics = sub.add_parser("topics", help="the topic catalogue")
+    topics.add_argument("action", choices=["apply", "list"])
+    topics.add_argument("--models", default="minilm,digits", help="comma-separated names")
+    topics.add_argument("--partitions", type=int, default=3)
+    topics.set_defaults(func=_topics)
+
+    models = sub.add_parser("models", help="the model registry")
+    models.add_argument("action", choices=["build-reference", "list"])
+    models.add_argument("--force", action="store_true", help="rebuild even if present")
+    models.set_defaults(func=_models)
+
+    sub.add_parser("pipeline", help="run the admission/routing stream processor") \
+        .set_defaults(func=_pipeline)
+    worker = sub.add_parser("worker", help="run an inference worker for one model")
+    worker.add_argument("--model", help="alias to serve (default: KIP_MODEL or minilm)")
+    worker.set_defaults(func=_worker)
+
+    up = sub.add_parser("up", help="broker + topics + models + pipeline + workers")
+    up.add_argument("--demo", action="store_true", help="run the demo, then stop everything")
+    up.set_defaults(func=_up)
+    sub.add_parser("demo", help="send demo traffic to a running kip").set_defaults(func=_demo)
+    return p
+
+
+def _kafka(args) -> int:
+    from kip.broker import LocalBroker
+
+    broker = LocalBroker(args.dir, port=args.port)
+    if args.action == "start":
+        broker.start()
+    elif args.action == "stop":
+        print("kafka broker stopped" if broker.stop() else "kafka broker was not running")
+    else:
+        print(broker.status())
+        return 0 if broker.pid() else 3
+    return 0
+
+
+def _topics(args) -> int:
+    from kip.settings import KipSettings
+    from topics.admin import apply
+    from topics.catalogue import catalogue
+
+    settings = KipSettings()
+    specs = catalogue(settings.names, args.models.split(","), args.partitions)
+    if args.action == "list":
+        for s in specs:
+            print(f"{s.name:40} partitions={s.partitions} key={s.key:12} {s.purpose}")
+        return 0
+    report = asyncio.run(apply(settings.bootstrap, specs))
+    print("\n".join(report.lines()))
+    return 2 if report.drift else 0
+
+
+def _models(args) -> int:
+    from kip.export.reference import build_reference
+    from kip.registry import Registry
+    from kip.settings import KipSettings
+
+    registry = Registry(KipSettings().registry_dir)
+    if args.action == "build-reference":
+        build_reference(registry, force=args.force)
+    else:
+        for alias, target in sorted(registry.aliases().items()):
+            print(f"{alias:12} -> {target}")
+    return 0
+
+
+def _pipeline(args) -> int:
+    from pipeline.app import run
+    from pipeline.settings import PipelineSettings
+
+    run(PipelineSettings())
+    return 0
+
+
+def _worker(args) -> int:
+    from workers.settings import WorkerSettings
+    from workers.worker import run
+
+    settings = WorkerSettings(**({"model": args.model} if args.model else {}))
+    _run_until_signal(run(settings))
+    return 0
+
+
+def _run_until_signal(coro) -> None:
+    import signal
+
+    async def main() -> None:
+        task = asyncio.create_task(coro)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+    asyncio.run(main())
+
+
+def _up(args) -> int:
+    import time
+
+    from kip.devstack import DevStack
+
+    stack = DevStack(home=HOME)
+    stack.prepare()
+    stack.start_services()
+    try:
+        if args.demo:
+            return _demo_against(stack)
+        print("kip is up; Ctrl-C stops the pipeline and workers (`kip kafka stop` the broker)")
+        while True:
+            stack.check_services()
+            time.sleep(1)
+    finally:
+        stack.stop_services()
+        if args.demo:
+            stack.broker.stop()
+
+
+def _demo(args) -> int:
+    from kip.devstack import DevStack
+    return _demo_against(DevStack(home=HOME))
+
+
+def _demo_against(stack) -> int:
+    from kip.client import KipClient
+    from kip.demo import run_demo
+    from kip.devstack import DEV_KEY_ID, ensure_dev_access
+
+    access = ensure_dev_access(stack.home / "access.json")
+    key = access.keys[DEV_KEY_ID]
+
+    async def go() -> dict:
+        async with KipClient(stack.broker.bootstrap, tenant=key.tenant, key_id=DEV_KEY_ID,
+                             secret=key.secret.get_secret_value(),
+                             topic_prefix=stack.prefix) as client:
+            return await run_demo(client)
+    figures = asyncio.run(go())
+    ok = abs(figures["similarity"] - 0.7553) <= 1e-3 and figures["digit_accuracy"] >= 0.95
+    print("\ndemo " + ("passed" if ok else "FAILED") + f": similarity {figures['similarity']:.4f} "
+          f"(torch reference 0.7553), digit accuracy {figures['digit_accuracy']:.1%}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""The producer's client: sign a request, publish it, await its result by request id.
+
+    async with KipClient(bootstrap, tenant="acme", key_id="k1", secret=b"...") as kip:
+        result = await kip.infer("minilm", {"text": ["A man is eating food."]})
+
+Results are read (read_committed) from the reply topic from the moment the client
+starts; each is matched to the pending request with the same ``request_id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Mapping
+
+import numpy as np
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from schemas.codec import decode, encode, headers, now_ms
+from schemas.errors import InvalidRequest
+from schemas.messages import InferenceRequest, InferenceResult, Priority
+from schemas.signing import sign
+from schemas.tensors import Tensor
+from topics.catalogue import MAX_MESSAGE_BYTES
+from topics.names import TopicNames
+
+Inputs = list[Tensor] | Mapping[str, np.ndarray | list[str]]
+
+
+class KipClient:
+    def __init__(self, bootstrap: str, *, tenant: str, key_id: str, secret: bytes | str,
+                 topic_prefix: str = "kip", reply_to: str | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.tenant, self.key_id = tenant, key_id
+        self._secret = secret.encode() if isinstance(secret, str) else secret
+        self.names = TopicNames(topic_prefix)
+        self.reply_to = reply_to
+        self._pending: dict[str, asyncio.Future[InferenceResult]] = {}
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._reader: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        if self._producer is not None:
+            return
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
+            max_request_size=MAX_MESSAGE_BYTES, linger_ms=1)
+        await self._producer.start()
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None,
+            isolation_level="read_committed",
+            max_partition_fetch_bytes=MAX_MESSAGE_BYTES + 1024 * 1024)
+        await self._consumer.start()
+        await self._listen_from_now(self.reply_to or self.names.results)
+        self._reader = asyncio.create_task(self._read_results(), name="kip-client-results")
+
+    async def stop(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+        for client in (self._producer, self._consumer):
+            if client is not None:
+                await client.stop()
+        self._producer = self._consumer = None
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(ConnectionError("KipClient stopped before the result came"))
+        self._pending.clear()
+
+    async def __aenter__(self) -> KipClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    def request(self, model: str, inputs: Inputs, *, priority: Priority | str = "standard",
+                deadline_ms: int | None = None, request_id: str | None = None,
+                issued_at_ms: int | None = None) -> InferenceRequest:
+        """A signed request (not yet sent)."""
+        tensors = _tensors(inputs)
+        fields = dict(request_id=request_id or uuid.uuid4().hex, tenant=self.tenant,
+                      key_id=self.key_id, issued_at_ms=issued_at_ms or now_ms(),
+                      priority=Priority(priority).value, model=model, deadline_ms=deadline_ms,
+                      reply_to=self.reply_to)
+        signature = sign(self._secret, **fields, inputs=tensors)
+        return InferenceRequest(**fields, signature=signature, inputs=tensors,
+                                traceparent=_new_traceparent())
+
+    async def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResult]:
+        """Publish ``request``; the returned future resolves with its result."""
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[request.request_id] = fut
+        await self.publish_raw(self.names.requests(request.priority), encode(request),
+                               key=request.tenant.encode(),
+                               headers=headers(request, request.traceparent))
+        return fut
+
+    async def publish_raw(self, topic: str, value: bytes, key: bytes | None = None,
+                          headers: list | None = None) -> None:
+        """Publish bytes as they are (for tools and tests that send what they like)."""
+        await self._producer.send_and_wait(topic, value, key=key, headers=headers)
+
+    def expect(self, request_id: str) -> asyncio.Future[InferenceResult]:
+        """A future for the result of a request published some other way."""
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = fut
+        return fut
+
+    async def infer(self, model: str, inputs: Inputs, *, priority: Priority | str = "standard",
+                    deadline_ms: int | None = None, timeout_s: float = 30.0) -> InferenceResult:
+        """Send one request and wait for its terminal result (whatever its status)."""
+        request = self.request(model, inputs, priority=priority, deadline_ms=deadline_ms)
+        fut = await self.submit(request)
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        finally:
+            self._pending.pop(request.request_id, None)
+
+    async def _listen_from_now(self, topic: str) -> None:
+        partitions = self._consumer.partitions_for_topic(topic)
+        if not partitions:
+            await self._consumer._client.force_metadata_update()
+            partitions = self._consumer.partitions_for_topic(topic)
+        if not partitions:
+            raise RuntimeError(f"reply topic {topic} does not exist: run `kip topics apply`")
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        self._consumer.assign(tps)
+        await self._consumer.seek_to_end(*tps)
+        for tp in tps:
+            await self._consumer.position(tp)
+
+    async def _read_results(self) -> None:
+        while True:
+            batches = await self._consumer.getmany(timeout_ms=500, max_records=1000)
+            for records in batches.values():
+                for record in records:
+                    self._deliver(record.value)
+
+    def _deliver(self, value: bytes) -> None:
+        try:
+            result = decode(InferenceResult, value)
+        except InvalidRequest:
+            return  # not ours to judge: someone else's malformed result
+        fut = self._pending.pop(result.request_id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(result)
+
+
+def _tensors(inputs: Inputs) -> list[Tensor]:
+    if isinstance(inputs, list):
+        return inputs
+    out = []
+    for name, value in inputs.items():
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            out.append(Tensor.text(name, value))
+        else:
+            out.append(Tensor.from_array(name, np.asarray(value)))
+    return out
+
+
+def _new_traceparent() -> str:
+    return f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"

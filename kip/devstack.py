@@ -1,0 +1,103 @@
+"""``kip up``: a whole kip on one machine (broker, topics, models, pipeline, workers).
+
+Each part runs as its own process, as in a deployment; this module only starts them,
+waits for them, and stops them in reverse order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kip.broker import LocalBroker
+from kip.export.reference import build_reference
+from kip.registry import Registry
+from pipeline.access import AccessConfig, ApiKey, TenantPolicy
+from topics.admin import apply
+from topics.catalogue import catalogue
+from topics.names import TopicNames
+
+REFERENCE_MODELS = ["minilm", "digits"]
+DEV_TENANT, DEV_KEY_ID = "demo", "demo-key"
+
+
+def ensure_dev_access(path: Path) -> AccessConfig:
+    """The access file, created with one demo tenant and a fresh secret if missing."""
+    if path.exists():
+        return AccessConfig.from_file(path)
+    access = AccessConfig(
+        keys={DEV_KEY_ID: ApiKey(tenant=DEV_TENANT, secret=secrets.token_hex(32))},
+        tenants={DEV_TENANT: TenantPolicy(models=["*"])})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(access.to_json())
+    path.chmod(0o600)
+    return access
+
+
+@dataclass
+class DevStack:
+    home: Path = Path(".kip")
+    port: int = 9092
+    prefix: str = "kip"
+    metrics_base_port: int = 9101
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def broker(self) -> LocalBroker:
+        return LocalBroker(self.home / "kafka", port=self.port)
+
+    def env(self) -> dict[str, str]:
+        return os.environ | {"KIP_BOOTSTRAP": self.broker.bootstrap,
+                             "KIP_TOPIC_PREFIX": self.prefix,
+                             "KIP_REGISTRY_DIR": str(self.home / "registry"),
+                             "KIP_ACCESS_FILE": str(self.home / "access.json")}
+
+    def prepare(self, log=print) -> None:
+        """Broker running, topics applied, reference models built, access file present."""
+        self.broker.start(log=log)
+        report = asyncio.run(apply(self.broker.bootstrap,
+                                   catalogue(TopicNames(self.prefix), REFERENCE_MODELS)))
+        log(f"topics: {len(report.created)} created, {len(report.unchanged)} unchanged, "
+            f"{len(report.drift)} drifted")
+        for line in report.drift:
+            log(f"  DRIFT {line}")
+        build_reference(Registry(self.home / "registry"), log)
+        ensure_dev_access(self.home / "access.json")
+
+    def start_services(self, log=print) -> None:
+        """The pipeline and one worker per reference model, as child processes."""
+        commands = [["pipeline"]] + [["worker", "--model", m] for m in REFERENCE_MODELS]
+        for i, args in enumerate(commands):
+            env = self.env() | {"KIP_METRICS_PORT": str(self.metrics_base_port + i)}
+            logfile = open(self.home / f"{args[0]}-{args[-1]}.log", "ab")
+            proc = subprocess.Popen([sys.executable, "-m", "kip.cli", *args], env=env,
+                                    stdout=logfile, stderr=subprocess.STDOUT)
+            self.procs.append(proc)
+            log(f"started kip {' '.join(args)} (pid {proc.pid}, metrics on "
+                f":{self.metrics_base_port + i}, log {logfile.name})")
+
+    def check_services(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{' '.join(proc.args[3:])} exited with {proc.returncode}; "
+                                   f"see the logs in {self.home}")
+
+    def stop_services(self, timeout_s: float = 20.0) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for proc in self.procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs.clear()
