@@ -9,7 +9,9 @@ import os
 import sys
 from pathlib import Path
 
-HOME = Path(os.environ.get("KIP_HOME", ".kip"))
+from kip.settings import kip_home
+
+HOME = kip_home()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,11 +170,11 @@ def _demo_against(stack) -> int:
     from kip.demo import run_demo
     from kip.devstack import DEV_KEY_ID, ensure_dev_access
 
-    access = ensure_dev_access(stack.home / "access.json")
+    access = ensure_dev_access(stack.access_file)
     key = access.keys[DEV_KEY_ID]
 
     async def go() -> dict:
-        async with KipClient(stack.broker.bootstrap, tenant=key.tenant, key_id=DEV_KEY_ID,
+        async with KipClient(stack.bootstrap, tenant=key.tenant, key_id=DEV_KEY_ID,
                              secret=key.secret.get_secret_value(),
                              topic_prefix=stack.prefix) as client:
             return await run_demo(client)

@@ -100,9 +100,9 @@ class KipClient:
         return fut
 
     async def publish_raw(self, topic: str, value: bytes, key: bytes | None = None,
-                          headers: list | None = None) -> None:
-        """Publish bytes as they are (for tools and tests that send what they like)."""
-        await self._producer.send_and_wait(topic, value, key=key, headers=headers)
+                          headers: list | None = None):
+        """Publish bytes as they are (tools and tests); returns the record metadata."""
+        return await self._producer.send_and_wait(topic, value, key=key, headers=headers)
 
     def expect(self, request_id: str) -> asyncio.Future[InferenceResult]:
         """A future for the result of a request published some other way."""

@@ -43,45 +43,65 @@ def ensure_dev_access(path: Path) -> AccessConfig:
 
 @dataclass
 class DevStack:
+    """A kip on one machine. With ``bootstrap`` set it uses that cluster instead of
+    starting a local broker (the tests and benchmarks bring their own)."""
+
     home: Path = Path(".kip")
     port: int = 9092
+    bootstrap_servers: str | None = None
     prefix: str = "kip"
+    registry_dir: Path | None = None
     metrics_base_port: int = 9101
+    worker_env: dict[str, str] = field(default_factory=dict)
     procs: list[subprocess.Popen] = field(default_factory=list)
 
     @property
     def broker(self) -> LocalBroker:
         return LocalBroker(self.home / "kafka", port=self.port)
 
+    @property
+    def bootstrap(self) -> str:
+        return self.bootstrap_servers or self.broker.bootstrap
+
+    @property
+    def registry(self) -> Registry:
+        return Registry(self.registry_dir or self.home / "registry")
+
+    @property
+    def access_file(self) -> Path:
+        return self.home / "access.json"
+
     def env(self) -> dict[str, str]:
-        return os.environ | {"KIP_BOOTSTRAP": self.broker.bootstrap,
+        return os.environ | {"KIP_BOOTSTRAP": self.bootstrap,
                              "KIP_TOPIC_PREFIX": self.prefix,
-                             "KIP_REGISTRY_DIR": str(self.home / "registry"),
-                             "KIP_ACCESS_FILE": str(self.home / "access.json")}
+                             "KIP_REGISTRY_DIR": str(self.registry.root),
+                             "KIP_ACCESS_FILE": str(self.access_file)}
 
     def prepare(self, log=print) -> None:
         """Broker running, topics applied, reference models built, access file present."""
-        self.broker.start(log=log)
-        report = asyncio.run(apply(self.broker.bootstrap,
+        if self.bootstrap_servers is None:
+            self.broker.start(log=log)
+        report = asyncio.run(apply(self.bootstrap,
                                    catalogue(TopicNames(self.prefix), REFERENCE_MODELS)))
         log(f"topics: {len(report.created)} created, {len(report.unchanged)} unchanged, "
             f"{len(report.drift)} drifted")
         for line in report.drift:
             log(f"  DRIFT {line}")
-        build_reference(Registry(self.home / "registry"), log)
-        ensure_dev_access(self.home / "access.json")
+        build_reference(self.registry, log)
+        ensure_dev_access(self.access_file)
 
     def start_services(self, log=print) -> None:
         """The pipeline and one worker per reference model, as child processes."""
         commands = [["pipeline"]] + [["worker", "--model", m] for m in REFERENCE_MODELS]
         for i, args in enumerate(commands):
-            env = self.env() | {"KIP_METRICS_PORT": str(self.metrics_base_port + i)}
+            port = self.metrics_base_port + i if self.metrics_base_port else 0
+            env = self.env() | self.worker_env | {"KIP_METRICS_PORT": str(port)}
             logfile = open(self.home / f"{args[0]}-{args[-1]}.log", "ab")
             proc = subprocess.Popen([sys.executable, "-m", "kip.cli", *args], env=env,
                                     stdout=logfile, stderr=subprocess.STDOUT)
             self.procs.append(proc)
-            log(f"started kip {' '.join(args)} (pid {proc.pid}, metrics on "
-                f":{self.metrics_base_port + i}, log {logfile.name})")
+            log(f"started kip {' '.join(args)} (pid {proc.pid}, metrics on :{port}, "
+                f"log {logfile.name})")
 
     def check_services(self) -> None:
         for proc in self.procs:

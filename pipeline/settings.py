@@ -6,11 +6,12 @@ from pathlib import Path
 
 from pydantic import Field
 
-from kip.settings import KipSettings
+from kip.settings import KipSettings, kip_home
 
 
 class PipelineSettings(KipSettings):
-    access_file: Path = Field(Path(".kip/access.json"), description="keys and tenant policies")
+    access_file: Path = Field(default_factory=lambda: kip_home() / "access.json",
+                              description="keys and tenant policies (default $KIP_HOME/access.json)")
     replay_window_ms: int = Field(300_000, description="accepted |now - issued_at_ms|")
     take_max: int = Field(200, description="requests decided per produce round")
     take_within_s: float = Field(0.005, description="longest wait to fill a round")

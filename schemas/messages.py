@@ -16,6 +16,7 @@ from schemas.tensors import Tensor
 
 SCHEMA_VERSION = 1
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"
+_MODEL = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}(@[0-9a-f]{1,64})?$"
 _TRACEPARENT = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 _TOPIC = r"^[A-Za-z0-9._\-]{1,249}$"
 
@@ -47,7 +48,7 @@ class InferenceRequest(Message):
     signature: str = Field(pattern=r"^[0-9a-f]{64}$", description="hex HMAC-SHA256")
     issued_at_ms: int = Field(ge=0)
     priority: Priority
-    model: str = Field(pattern=_ID, description="model alias, or name@version to pin")
+    model: str = Field(pattern=_MODEL, description="model alias, or name@version to pin")
     deadline_ms: int | None = Field(default=None, ge=0, description="absolute Unix ms")
     reply_to: str | None = Field(default=None, pattern=_TOPIC)
     traceparent: str | None = Field(default=None, pattern=_TRACEPARENT)

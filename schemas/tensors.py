@@ -60,6 +60,15 @@ class Tensor(BaseModel):
         self.array  # noqa: B018 - decoding is the validation
         return self
 
+    def __eq__(self, other: object) -> bool:
+        """Field equality (the cached numpy array is not part of a tensor's identity)."""
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return (self.name, self.datatype, self.shape, self.data, self.raw) == \
+            (other.name, other.datatype, other.shape, other.data, other.raw)
+
+    __hash__ = None
+
     @property
     def element_count(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))

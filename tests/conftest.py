@@ -1,0 +1,55 @@
+"""Session fixtures: one real Kafka broker and one registry with the reference models.
+
+The broker runs on free loopback ports in a temporary folder and is always stopped.
+Topic names are unique per test module (``prefix``), so tests never see each other's
+messages.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kip.broker import LocalBroker, free_port
+from kip.export.reference import build_reference
+from kip.registry import Registry
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory) -> LocalBroker:
+    b = LocalBroker(tmp_path_factory.mktemp("kafka"), port=free_port(),
+                    controller_port=free_port())
+    b.start(log=lambda *_: None)
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory) -> Registry:
+    reg = Registry(tmp_path_factory.mktemp("registry"))
+    build_reference(reg, log=lambda *_: None)
+    return reg
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(autouse=True)
+def no_lingering_threads():
+    """A test must not leave threads behind (faust-streaming's tasks_not_lingering idea)."""
+    before = set(threading.enumerate())
+    yield
+    extra = [t for t in threading.enumerate() if t not in before and t.is_alive()
+             and not t.daemon]
+    assert not extra, f"threads left running: {extra}"
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent

@@ -1,0 +1,50 @@
+"""Pure-logic fixtures: an access config, a router over a small registry, a context."""
+
+from __future__ import annotations
+
+import pytest
+
+from kip.client import KipClient
+from kip.registry import Registry
+from pipeline.access import AccessConfig, ApiKey, TenantPolicy
+from pipeline.decide import Context
+from pipeline.routing import Router
+from topics.names import TopicNames
+
+NOW_MS = 1_800_000_000_000
+DIGITS_MANIFEST = {
+    "name": "digits", "inputs": [{"name": "pixels", "datatype": "FP32", "shape": [-1, 64]}],
+    "outputs": [{"name": "label", "datatype": "INT64", "shape": [-1]}],
+    "max_batch": 8, "memory_estimate_bytes": 1}
+
+
+@pytest.fixture
+def access() -> AccessConfig:
+    return AccessConfig(
+        keys={"acme-k1": ApiKey(tenant="acme", secret="acme-secret"),
+              "lim-k1": ApiKey(tenant="limited", secret="lim-secret")},
+        tenants={"acme": TenantPolicy(models=["*"]),
+                 "limited": TenantPolicy(models=["minilm"], priorities=["batch"])})
+
+
+@pytest.fixture
+def small_registry(tmp_path) -> Registry:
+    """A registry whose one version has a placeholder artifact: routing reads only
+    manifests, so no ONNX file is needed to test decisions."""
+    reg = Registry(tmp_path / "registry")
+    artifact = tmp_path / "model.onnx"
+    artifact.write_bytes(b"placeholder, never loaded by the pipeline")
+    mv = reg.publish(artifact, DIGITS_MANIFEST, {})
+    reg.set_alias("digits", f"digits@{mv.manifest.version}")
+    return reg
+
+
+@pytest.fixture
+def ctx(access, small_registry) -> Context:
+    return Context(access, Router(small_registry), TopicNames("kip"), NOW_MS)
+
+
+def signer(tenant: str = "acme", key_id: str = "acme-k1", secret: str = "acme-secret",
+           **kw) -> KipClient:
+    """A client used only to build signed requests (never started)."""
+    return KipClient("unused:0", tenant=tenant, key_id=key_id, secret=secret, **kw)

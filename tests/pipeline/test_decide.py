@@ -1,0 +1,95 @@
+import base64
+
+import numpy as np
+import orjson
+import pytest
+
+from pipeline.decide import Forward, Origin, Reject, decide
+from schemas import InferenceRequest, Status, encode
+from tests.pipeline.conftest import NOW_MS, signer
+
+PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
+
+
+def _origin(priority="standard", offset=7) -> Origin:
+    return Origin(f"kip.requests.{priority}", 0, offset)
+
+
+def _payload(request: InferenceRequest) -> bytes:
+    return encode(request)
+
+
+def test_a_good_request_is_forwarded_to_its_models_work_topic(ctx):
+    request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
+    d = decide(_payload(request), _origin(), ctx)
+    assert isinstance(d, Forward)
+    assert d.topic == "kip.work.digits.standard"
+    assert d.work.request == request and d.work.route.model_name == "digits"
+    assert len(d.work.route.artifact_sha256) == 64 and d.work.route.model_version
+    assert d.audit.decision == "routed" and not d.audit.final
+
+
+def _rejected(d, code: str, status=Status.REJECTED) -> Reject:
+    assert isinstance(d, Reject), d
+    assert d.result.status == status and d.result.error.code == code, d.result.error
+    assert d.audit.final and d.audit.error_code == code
+    assert d.audit.request_id == d.result.request_id
+    return d
+
+
+@pytest.mark.parametrize("build, code", [
+    (lambda: signer(secret="bad").request("digits", PIXELS, issued_at_ms=NOW_MS),
+     "UNAUTHENTICATED"),
+    (lambda: signer().request("digits", PIXELS, issued_at_ms=NOW_MS - 3_600_000),
+     "UNAUTHENTICATED"),
+    (lambda: signer("limited", "lim-k1", "lim-secret").request(
+        "digits", PIXELS, priority="batch", issued_at_ms=NOW_MS), "FORBIDDEN"),
+    (lambda: signer().request("nope", PIXELS, issued_at_ms=NOW_MS), "MODEL_NOT_FOUND"),
+    (lambda: signer().request("digits", {"pixels": np.zeros((1, 64), np.float64)},
+                              issued_at_ms=NOW_MS), "INVALID_REQUEST"),
+    (lambda: signer().request("digits", {"pixels": np.zeros((1, 63), np.float32)},
+                              issued_at_ms=NOW_MS), "INVALID_REQUEST"),
+    (lambda: signer().request("digits", {"image": np.zeros((1, 64), np.float32)},
+                              issued_at_ms=NOW_MS), "INVALID_REQUEST"),
+    (lambda: signer(reply_to="elsewhere").request("digits", PIXELS, issued_at_ms=NOW_MS),
+     "INVALID_REQUEST"),
+])
+def test_rejections_carry_their_code(ctx, build, code):
+    request = build()
+    d = _rejected(decide(_payload(request), _origin(request.priority), ctx), code)
+    assert d.result.request_id == request.request_id and d.deadletter is None
+
+
+def test_a_request_on_the_wrong_class_topic_is_invalid(ctx):
+    request = signer().request("digits", PIXELS, priority="batch", issued_at_ms=NOW_MS)
+    _rejected(decide(_payload(request), _origin("interactive"), ctx), "INVALID_REQUEST")
+
+
+def test_a_past_deadline_expires_at_admission(ctx):
+    request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS, deadline_ms=NOW_MS - 1)
+    _rejected(decide(_payload(request), _origin(), ctx), "DEADLINE_EXCEEDED", Status.EXPIRED)
+
+
+def test_replies_go_to_the_requested_results_topic(ctx):
+    request = signer(reply_to="kip.results.mine").request("nope", PIXELS, issued_at_ms=NOW_MS)
+    assert decide(_payload(request), _origin(), ctx).reply_to == "kip.results.mine"
+
+
+def test_undecodable_bytes_become_a_result_audit_and_dead_letter(ctx):
+    payload = b"\xff\x00 this is not json"
+    d = _rejected(decide(payload, _origin(offset=42), ctx), "INVALID_REQUEST")
+    assert d.result.request_id == "undecodable.kip.requests.standard.0.42"
+    assert d.reply_to == "kip.results"
+    dead = d.deadletter
+    assert (dead.origin_topic, dead.origin_partition, dead.origin_offset) == \
+        ("kip.requests.standard", 0, 42)
+    assert base64.b64decode(dead.payload_b64) == payload
+
+
+def test_an_invalid_request_keeps_its_id_for_correlation(ctx):
+    payload = orjson.dumps({"request_id": "r-77", "tenant": "acme", "inputs": "oops",
+                            "reply_to": "kip.results.mine"})
+    d = _rejected(decide(payload, _origin(), ctx), "INVALID_REQUEST")
+    assert d.result.request_id == "r-77" and d.deadletter.request_id == "r-77"
+    assert d.reply_to == "kip.results.mine" and d.audit.tenant == "acme"
+    assert "Field required" in d.result.error.message and "more" in d.result.error.message

@@ -1,0 +1,54 @@
+import base64
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from schemas.tensors import Tensor
+
+
+def test_raw_form_round_trips_little_endian_bytes():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = Tensor.from_array("x", a)
+    assert t.datatype == "FP32" and t.shape == [3, 4] and t.data is None
+    assert base64.b64decode(t.raw) == a.astype("<f4").tobytes()
+    np.testing.assert_array_equal(Tensor.model_validate_json(t.model_dump_json()).array, a)
+
+
+def test_data_form_matches_raw_form_and_digest():
+    a = np.array([[1, 2], [3, 4]], dtype=np.int64)
+    as_data, as_raw = Tensor.from_array("ids", a, raw=False), Tensor.from_array("ids", a)
+    assert as_data.data == [1, 2, 3, 4]
+    np.testing.assert_array_equal(as_data.array, as_raw.array)
+    assert as_data.digest() == as_raw.digest()
+
+
+def test_bytes_tensor_holds_text():
+    t = Tensor.text("text", ["héllo", "world"])
+    assert t.array.tolist() == ["héllo", "world"]
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"datatype": "FP32", "shape": [3], "data": [1.0, 2.0]}, "has 2 elements"),
+    ({"datatype": "FP32", "shape": [1], "data": ["a"]}, "needs int or float"),
+    ({"datatype": "INT64", "shape": [1], "data": [1.5]}, "needs int"),
+    ({"datatype": "INT8", "shape": [1], "data": [1000]}, "does not fit"),
+    ({"datatype": "FP32", "shape": [1], "raw": "!!!"}, "not valid base64"),
+    ({"datatype": "FP32", "shape": [2], "raw": base64.b64encode(b"\0" * 4).decode()},
+     "has 1 elements"),
+    ({"datatype": "BYTES", "shape": [1], "data": [1]}, "needs strings"),
+    ({"datatype": "FP32", "shape": [1]}, "exactly one of"),
+    ({"datatype": "FP32", "shape": [1], "data": [1.0], "extra": 1}, "Extra inputs"),
+    ({"datatype": "FP32", "shape": [-1], "data": []}, ">= 0"),
+])
+def test_invalid_tensors_are_rejected_with_a_reason(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        Tensor(name="x", **fields)
+
+
+def test_nan_and_infinity_are_rejected_in_both_forms():
+    for value in (float("nan"), float("inf")):
+        with pytest.raises(ValidationError, match="NaN or infinity"):
+            Tensor.from_array("x", np.array([value], dtype=np.float32))
+        with pytest.raises(ValidationError, match="NaN or infinity"):
+            Tensor(name="x", datatype="FP64", shape=[1], data=[value])
