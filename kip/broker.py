@@ -104,6 +104,7 @@ class LocalBroker:
         self.port = port
         self.controller_port = controller_port or port + 1
         self.pid_file = self.data_dir / "broker.pid"
+        self._proc: subprocess.Popen | None = None
         self.log_file = self.data_dir / "broker.log"
 
     @property
@@ -122,12 +123,13 @@ class LocalBroker:
         if not (self.data_dir / "logs" / "meta.properties").exists():
             self._format(java, classpath, props)
         started = time.monotonic()
-        out = open(self.log_file, "ab")
-        proc = subprocess.Popen(
-            [java, "-Xms256m", "-Xmx1g", "-XX:+UseSerialGC",
-             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
-             "-cp", classpath, "kafka.Kafka", str(props)],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        with open(self.log_file, "ab") as out:
+            proc = subprocess.Popen(
+                [java, "-Xms256m", "-Xmx1g", "-XX:+UseSerialGC",
+                 f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+                 "-cp", classpath, "kafka.Kafka", str(props)],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self._proc = proc   # held so that stop() can reap it
         self.pid_file.write_text(str(proc.pid))
         self._wait_ready(proc, timeout_s)
         log(f"kafka broker {KAFKA_VERSION} ready on {self.bootstrap} "
@@ -144,6 +146,9 @@ class LocalBroker:
             time.sleep(0.1)
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
+        if self._proc is not None and self._proc.pid == pid:
+            self._proc.wait()
+            self._proc = None
         _reap(pid)
         self.pid_file.unlink(missing_ok=True)
         return True

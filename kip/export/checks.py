@@ -22,3 +22,21 @@ def compare_with_onnxruntime(onnx_path: Path, feeds: dict[str, np.ndarray],
     if worst > atol:
         raise RuntimeError(f"ONNX Runtime differs from torch by {worst:.2e} > {atol:.0e}")
     return worst
+
+
+def export_onnx(model, args: tuple, path: Path, **kwargs) -> None:
+    """``torch.onnx.export`` with the TorchScript exporter (``dynamo=False``).
+
+    torch >= 2.9 defaults to the torch.export-based exporter and warns that this one is
+    deprecated; for these models the new exporter wrote an ONNX file that ONNX Runtime
+    refuses (duplicate output name), so kip keeps the proven path. docs/architecture.md
+    records the decision and the check that will tell when to switch.
+    """
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        # the exporter's own deprecation notices about itself and its internals
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(model, args, str(path), opset_version=17, dynamo=False, **kwargs)

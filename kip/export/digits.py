@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kip.export.checks import compare_with_onnxruntime
+from kip.export.checks import compare_with_onnxruntime, export_onnx
 from kip.registry import ModelVersion, Registry
 
 NAME = "digits"
@@ -83,11 +83,10 @@ def export(registry: Registry, log=print) -> ModelVersion:
         probs, labels = model(torch.from_numpy(hx))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"
-        torch.onnx.export(model, (torch.from_numpy(hx[:4]),), str(path),
-                          input_names=["pixels"], output_names=["probabilities", "label"],
-                          dynamic_axes={"pixels": {0: "rows"}, "probabilities": {0: "rows"},
-                                        "label": {0: "rows"}},
-                          opset_version=17, dynamo=False)
+        export_onnx(model, (torch.from_numpy(hx[:4]),), path,
+                    input_names=["pixels"], output_names=["probabilities", "label"],
+                    dynamic_axes={"pixels": {0: "rows"}, "probabilities": {0: "rows"},
+                                  "label": {0: "rows"}})
         diff = compare_with_onnxruntime(path, {"pixels": hx},
                                         [probs.numpy(), labels.numpy()], atol=1e-5)
         log(f"  digits: ONNX Runtime matches torch (max |diff| {diff:.1e})")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kip.export.checks import compare_with_onnxruntime
+from kip.export.checks import compare_with_onnxruntime, export_onnx
 from kip.registry import ModelVersion, Registry
 
 NAME = "minilm"
@@ -70,9 +70,8 @@ def _to_onnx(model, feeds: dict[str, np.ndarray], path: Path) -> None:
     args = tuple(torch.from_numpy(feeds[k]) for k in ("input_ids", "attention_mask"))
     dynamic = {"input_ids": {0: "rows", 1: "tokens"}, "attention_mask": {0: "rows", 1: "tokens"},
                "embedding": {0: "rows"}}
-    torch.onnx.export(model, args, str(path), input_names=["input_ids", "attention_mask"],
-                      output_names=["embedding"], dynamic_axes=dynamic, opset_version=17,
-                      dynamo=False)
+    export_onnx(model, args, path, input_names=["input_ids", "attention_mask"],
+                output_names=["embedding"], dynamic_axes=dynamic)
 
 
 def _manifest() -> dict:
