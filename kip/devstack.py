@@ -96,12 +96,13 @@ class DevStack:
         for i, args in enumerate(commands):
             port = self.metrics_base_port + i if self.metrics_base_port else 0
             env = self.env() | self.worker_env | {"KIP_METRICS_PORT": str(port)}
-            logfile = open(self.home / f"{args[0]}-{args[-1]}.log", "ab")
-            proc = subprocess.Popen([sys.executable, "-m", "kip.cli", *args], env=env,
-                                    stdout=logfile, stderr=subprocess.STDOUT)
+            logfile = self.home / f"{args[0]}-{args[-1]}.log"
+            with open(logfile, "ab") as out:
+                proc = subprocess.Popen([sys.executable, "-m", "kip.cli", *args], env=env,
+                                        stdout=out, stderr=subprocess.STDOUT)
             self.procs.append(proc)
             log(f"started kip {' '.join(args)} (pid {proc.pid}, metrics on :{port}, "
-                f"log {logfile.name})")
+                f"log {logfile})")
 
     def check_services(self) -> None:
         for proc in self.procs:

@@ -1,0 +1,96 @@
+"""A running kip on the session broker: the pipeline and one worker per reference
+model, each its own process, on topics with a prefix unique to this module."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import numpy as np
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from kip.broker import free_port
+from kip.client import KipClient
+from kip.devstack import DevStack
+from pipeline.access import AccessConfig, ApiKey, TenantPolicy
+from schemas import AuditRecord, DeadLetterRecord, InferenceResult, decode
+
+SECRETS = {"acme-k1": "acme-secret", "lim-k1": "lim-secret"}
+WARMUP_TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="module")
+def stack(broker, registry, tmp_path_factory):
+    s = DevStack(home=tmp_path_factory.mktemp("kip"), bootstrap_servers=broker.bootstrap,
+                 prefix=f"e2e{uuid.uuid4().hex[:8]}", registry_dir=registry.root,
+                 metrics_base_port=free_port())
+    s.home.mkdir(parents=True, exist_ok=True)
+    s.access_file.write_text(AccessConfig(
+        keys={"acme-k1": ApiKey(tenant="acme", secret=SECRETS["acme-k1"]),
+              "lim-k1": ApiKey(tenant="limited", secret=SECRETS["lim-k1"])},
+        tenants={"acme": TenantPolicy(models=["*"]),
+                 "limited": TenantPolicy(models=["digits"])}).to_json())
+    s.prepare(log=lambda *_: None)
+    s.start_services(log=lambda *_: None)
+    try:
+        asyncio.run(_warm_up(s))
+        yield s
+    finally:
+        s.stop_services()
+
+
+async def _warm_up(s: DevStack) -> None:
+    async with client_for(s) as kip:
+        for model, inputs in (("minilm", {"text": ["warm"]}), ("digits", {"pixels": np.zeros((1, 64), np.float32)})):
+            result = await kip.infer(model, inputs, timeout_s=WARMUP_TIMEOUT_S)
+            assert result.status == "ok", result
+
+
+def client_for(s: DevStack, tenant: str = "acme", key_id: str = "acme-k1",
+               secret: str | None = None) -> KipClient:
+    return KipClient(s.bootstrap, tenant=tenant, key_id=key_id,
+                     secret=secret or SECRETS.get(key_id, "x"), topic_prefix=s.prefix)
+
+
+async def read_topic(bootstrap: str, topic: str) -> list:
+    """Every committed record of ``topic`` from the beginning to its current end."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                isolation_level="read_committed", enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []]
+        if not tps:
+            await consumer._client.force_metadata_update()
+            tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        records = []
+        while await _behind(consumer, ends):
+            for batch in (await consumer.getmany(timeout_ms=500)).values():
+                records += batch
+        return records
+    finally:
+        await consumer.stop()
+
+
+async def _behind(consumer: AIOKafkaConsumer, ends: dict) -> bool:
+    for tp, end in ends.items():
+        if await consumer.position(tp) < end:
+            return True
+    return False
+
+
+async def outputs_of(s: DevStack, request_id: str, settle_s: float = 0.5) -> dict[str, list]:
+    """Results, audit records and dead letters for ``request_id`` (after ``settle_s``)."""
+    await asyncio.sleep(settle_s)
+    names = s.env()["KIP_TOPIC_PREFIX"]
+    out = {"results": [], "audit": [], "deadletter": []}
+    for kind, cls in (("results", InferenceResult), ("audit", AuditRecord),
+                      ("deadletter", DeadLetterRecord)):
+        for record in await read_topic(s.bootstrap, f"{names}.{kind}"):
+            message = decode(cls, record.value)
+            if getattr(message, "request_id", None) == request_id:
+                out[kind].append(message)
+    return out

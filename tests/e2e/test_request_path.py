@@ -1,0 +1,152 @@
+"""One real request at a time through the real broker, pipeline and workers."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import urllib.request
+
+import numpy as np
+import pytest
+
+from schemas import DeadLetterRecord, InferenceResult, Status, decode
+from schemas.messages import output_array
+from tests.e2e.conftest import client_for, outputs_of, read_topic
+from kip.export.digits import dataset
+
+pytestmark = pytest.mark.broker
+PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
+
+
+def _one_result_one_final_audit(stack, result: InferenceResult) -> dict:
+    seen = asyncio.run(outputs_of(stack, result.request_id))
+    assert len(seen["results"]) == 1, seen["results"]
+    finals = [a for a in seen["audit"] if a.final]
+    assert len(finals) == 1 and finals[0].decision == result.status.value
+    return seen
+
+
+def _send(stack, model, inputs, *, client_kw=None, **kw) -> InferenceResult:
+    async def go():
+        async with client_for(stack, **(client_kw or {})) as kip:
+            return await kip.infer(model, inputs, **kw)
+    return asyncio.run(go())
+
+
+def _still_serving(stack) -> None:
+    result = _send(stack, "digits", PIXELS, priority="interactive")
+    assert result.status == Status.OK
+
+
+def test_an_authorised_request_gets_an_ok_result_with_its_model_identity(stack):
+    _, _, images, labels = dataset()
+    result = _send(stack, "digits", {"pixels": images[:3]}, priority="interactive")
+    assert result.status == Status.OK and result.error is None
+    assert list(output_array(result, "label")) == list(labels[:3])
+    assert result.model_name == "digits" and len(result.artifact_sha256) == 64
+    assert result.batch_size >= 3 and result.timings.inference_ms is not None
+    seen = _one_result_one_final_audit(stack, result)
+    assert [a.decision for a in seen["audit"]] == ["routed", "ok"]
+
+
+def test_sentence_embeddings_through_the_pipeline_match_torch(stack):
+    a = _send(stack, "minilm", {"text": ["A man is eating food."]})
+    b = _send(stack, "minilm", {"text": ["A man is eating a piece of bread."]})
+    cosine = float(output_array(a, "embedding")[0] @ output_array(b, "embedding")[0])
+    assert abs(cosine - 0.7553) < 1e-3
+
+
+@pytest.mark.parametrize("client_kw, kw", [
+    ({"secret": "not-the-secret"}, {}),                         # bad signature
+    ({"key_id": "who-is-this"}, {}),                            # unknown key id
+], ids=["bad-signature", "unknown-key"])
+def test_unauthenticated_requests_are_rejected(stack, client_kw, kw):
+    result = _send(stack, "digits", PIXELS, client_kw=client_kw, **kw)
+    assert result.status == Status.REJECTED and result.error.code == "UNAUTHENTICATED"
+    _one_result_one_final_audit(stack, result)
+    _still_serving(stack)
+
+
+def test_a_replayed_old_request_is_unauthenticated(stack):
+    async def go():
+        async with client_for(stack) as kip:
+            old = kip.request("digits", PIXELS, issued_at_ms=1_000_000_000_000)
+            return await asyncio.wait_for(await kip.submit(old), 30)
+    result = asyncio.run(go())
+    assert result.error.code == "UNAUTHENTICATED" and "replay window" in result.error.message
+    _one_result_one_final_audit(stack, result)
+    _still_serving(stack)
+
+
+def test_a_model_the_tenant_may_not_use_is_forbidden(stack):
+    result = _send(stack, "minilm", {"text": ["hi"]},
+                   client_kw={"tenant": "limited", "key_id": "lim-k1"})
+    assert result.status == Status.REJECTED and result.error.code == "FORBIDDEN"
+    _one_result_one_final_audit(stack, result)
+
+
+def test_an_unknown_alias_is_model_not_found(stack):
+    result = _send(stack, "no-such-model", PIXELS)
+    assert result.error.code == "MODEL_NOT_FOUND"
+    _one_result_one_final_audit(stack, result)
+    _still_serving(stack)
+
+
+@pytest.mark.parametrize("inputs", [
+    {"pixels": np.zeros((1, 64), np.float64)},          # wrong datatype
+    {"pixels": np.zeros((1, 8, 8), np.float32)},        # wrong shape
+], ids=["wrong-datatype", "wrong-shape"])
+def test_inputs_that_do_not_fit_the_model_are_invalid(stack, inputs):
+    result = _send(stack, "digits", inputs)
+    assert result.status == Status.REJECTED and result.error.code == "INVALID_REQUEST"
+    seen = _one_result_one_final_audit(stack, result)
+    assert seen["deadletter"] == []
+    _still_serving(stack)
+
+
+def test_a_malformed_body_is_invalid_and_dead_lettered_with_its_origin(stack):
+    async def go():
+        async with client_for(stack) as kip:
+            topic = kip.names.requests("standard")
+            body = b'{"request_id": "malformed-1", "tenant": "acme", "inputs": 42}'
+            meta = await kip.publish_raw(topic, body, key=b"acme")
+            return await asyncio.wait_for(kip.expect("malformed-1"), 30), meta, body
+    result, meta, body = asyncio.run(go())
+    assert result.status == Status.REJECTED and result.error.code == "INVALID_REQUEST"
+    seen = _one_result_one_final_audit(stack, result)
+    [dead] = [d for d in seen["deadletter"]]
+    assert (dead.origin_topic, dead.origin_partition, dead.origin_offset) == \
+        (meta.topic, meta.partition, meta.offset)
+    _still_serving(stack)
+
+
+def test_undecodable_bytes_without_an_id_still_get_a_correlatable_result(stack):
+    async def go():
+        async with client_for(stack) as kip:
+            topic = kip.names.requests("batch")
+            meta = await kip.publish_raw(topic, b"\x00\xff binary junk", key=b"x")
+            rid = f"undecodable.{meta.topic}.{meta.partition}.{meta.offset}"
+            return await asyncio.wait_for(kip.expect(rid), 30), meta
+    result, meta = asyncio.run(go())
+    assert result.error.code == "INVALID_REQUEST"
+    _one_result_one_final_audit(stack, result)
+    records = asyncio.run(read_topic(stack.bootstrap, f"{stack.prefix}.deadletter"))
+    dead = [d for d in (decode(DeadLetterRecord, r.value) for r in records)
+            if (d.origin_topic, d.origin_partition, d.origin_offset) ==
+            (meta.topic, meta.partition, meta.offset)]
+    assert len(dead) == 1 and base64.b64decode(dead[0].payload_b64) == b"\x00\xff binary junk"
+    _still_serving(stack)
+
+
+def test_every_process_serves_prometheus_metrics(stack):
+    _still_serving(stack)
+    text = {}
+    for i, name in enumerate(("pipeline", "minilm", "digits")):
+        url = f"http://127.0.0.1:{stack.metrics_base_port + i}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text[name] = response.read().decode()
+    assert 'kip_requests_total{code="",model="digits",outcome="routed"' in text["pipeline"]
+    assert 'code="UNAUTHENTICATED"' in text["pipeline"]
+    assert 'outcome="ok",priority="interactive",stage="worker"' in text["digits"]
+    assert "kip_batch_rows_count" in text["digits"]
+    assert 'kip_latency_seconds_count{kind="end_to_end"' in text["digits"]
