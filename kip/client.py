@@ -91,12 +91,15 @@ class KipClient:
                                 traceparent=_new_traceparent())
 
     async def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResult]:
-        """Publish ``request``; the returned future resolves with its result."""
+        """Publish ``request``; the returned future resolves with its result (or fails
+        if Kafka did not take the request). Does not wait for the broker's ack, so many
+        requests can be in flight from one task."""
         fut = asyncio.get_running_loop().create_future()
         self._pending[request.request_id] = fut
-        await self.publish_raw(self.names.requests(request.priority), encode(request),
-                               key=request.tenant.encode(),
-                               headers=headers(request, request.traceparent))
+        delivery = await self._producer.send(
+            self.names.requests(request.priority), encode(request),
+            key=request.tenant.encode(), headers=headers(request, request.traceparent))
+        delivery.add_done_callback(lambda d: _fail_if_undelivered(d, fut))
         return fut
 
     async def publish_raw(self, topic: str, value: bytes, key: bytes | None = None,
@@ -148,6 +151,12 @@ class KipClient:
         fut = self._pending.pop(result.request_id, None)
         if fut is not None and not fut.done():
             fut.set_result(result)
+
+
+def _fail_if_undelivered(delivery: asyncio.Future, result: asyncio.Future) -> None:
+    if not result.done() and (delivery.cancelled() or delivery.exception() is not None):
+        result.set_exception(ConnectionError(f"the request was not delivered to Kafka: "
+                                             f"{delivery.exception() or 'cancelled'}"))
 
 
 def _tensors(inputs: Inputs) -> list[Tensor]:
