@@ -50,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     models.add_argument("--force", action="store_true", help="rebuild even if present")
     models.set_defaults(func=_models)
 
+    schemas = sub.add_parser("schemas", help="the wire contract as JSON Schema")
+    schemas.add_argument("action", choices=["export"])
+    schemas.add_argument("--out", type=Path, default=Path("docs/schemas"))
+    schemas.set_defaults(func=_schemas)
+
     sub.add_parser("pipeline", help="run the admission/routing stream processor") \
         .set_defaults(func=_pipeline)
     worker = sub.add_parser("worker", help="run an inference worker for one model")
@@ -104,6 +109,14 @@ def _models(args) -> int:
     else:
         for alias, target in sorted(registry.aliases().items()):
             print(f"{alias:12} -> {target}")
+    return 0
+
+
+def _schemas(args) -> int:
+    from schemas.jsonschema import export
+
+    for path in export(args.out):
+        print(f"wrote {path}")
     return 0
 
 
