@@ -150,3 +150,18 @@ def test_every_process_serves_prometheus_metrics(stack):
     assert 'outcome="ok",priority="interactive",stage="worker"' in text["digits"]
     assert "kip_batch_rows_count" in text["digits"]
     assert 'kip_latency_seconds_count{kind="end_to_end"' in text["digits"]
+
+
+def test_a_poison_work_item_fails_with_a_dead_letter_and_the_worker_keeps_serving(stack):
+    async def go():
+        async with client_for(stack) as kip:
+            topic = kip.names.work("digits", "standard")
+            meta = await kip.publish_raw(topic, b'{"request": {"request_id": "poison-1"}}',
+                                         key=b"poison-1")
+            return await asyncio.wait_for(kip.expect("poison-1"), 30), meta
+    result, meta = asyncio.run(go())
+    assert result.status == Status.FAILED and result.error.code == "INVALID_REQUEST"
+    seen = _one_result_one_final_audit(stack, result)
+    [dead] = seen["deadletter"]
+    assert (dead.origin_topic, dead.origin_offset) == (meta.topic, meta.offset)
+    _still_serving(stack)
