@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 _LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                       2.5, 5.0, 10.0, 30.0)
@@ -17,6 +17,10 @@ LATENCY = Histogram(
 BATCH_SIZE = Histogram(
     "kip_batch_rows", "Rows per inference call", ["model"],
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
+
+MODELS_LOADED = Gauge(
+    "kip_models_loaded", "Model versions this worker has loaded, with the execution "
+    "provider ONNX Runtime really gave them", ["model", "version", "provider"])
 
 
 def serve(port: int) -> None:

@@ -160,7 +160,9 @@ class Worker:
             mv = await loop.run_in_executor(self.executor, self.registry.load, name, version)
             self.sessions[key] = await loop.run_in_executor(
                 self.executor, ModelSession, mv, self.settings.device)
-            log.warning("worker serves %s on %s", key, self.sessions[key].provider)
+            provider = self.sessions[key].provider
+            metrics.MODELS_LOADED.labels(name, version, provider).set(1)
+            log.warning("worker serves %s on %s", key, provider)
         return self.sessions[key]
 
     def _terminal(self, item: WorkItem, stamps: Stamps, outputs=None, error=None

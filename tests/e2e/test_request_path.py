@@ -140,6 +140,7 @@ def test_undecodable_bytes_without_an_id_still_get_a_correlatable_result(stack):
 
 def test_every_process_serves_prometheus_metrics(stack):
     _still_serving(stack)
+    _send(stack, "digits", PIXELS, client_kw={"secret": "wrong"})
     text = {}
     for i, name in enumerate(("pipeline", "minilm", "digits")):
         url = f"http://127.0.0.1:{stack.metrics_base_port + i}/metrics"
@@ -149,6 +150,7 @@ def test_every_process_serves_prometheus_metrics(stack):
     assert 'code="UNAUTHENTICATED"' in text["pipeline"]
     assert 'outcome="ok",priority="interactive",stage="worker"' in text["digits"]
     assert "kip_batch_rows_count" in text["digits"]
+    assert 'provider="CPUExecutionProvider"' in text["minilm"]
     assert 'kip_latency_seconds_count{kind="end_to_end"' in text["digits"]
 
 
