@@ -4,7 +4,8 @@
 
 Starts its own broker (free loopback port, temporary folder), topics, pipeline and
 workers, so both figures come from the same machine in the same minute. Prints raw
-sequences/s, pipeline requests/s with p50/p99 latency, and their ratio.
+sequences/s, pipeline requests/s with p50/p99 latency while every request is in flight
+at once (queueing dominates), their ratio, and latency one request at a time.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ OBJECTS = ["a piece of bread", "the broken bicycle", "a quiet lake at dawn",
            "the results of the experiment", "a red umbrella in the rain",
            "an old map of the city", "the last train home", "a bowl of hot soup",
            "the noisy crowd outside the stadium", "a letter from a distant friend"]
+
+UNLOADED_REQUESTS = 100
 
 
 def sentences(n: int, seed: int = 1) -> list[str]:
@@ -68,13 +71,17 @@ async def pipeline_run(stack: DevStack, texts: list[str]) -> dict:
             futures.append(await kip.submit(request))
         results = await asyncio.wait_for(asyncio.gather(*futures), 300)
         elapsed = time.perf_counter() - start
+        single = [(await kip.infer("minilm", {"text": [t]}, priority="interactive"))
+                  .timings.total_ms for t in texts[:UNLOADED_REQUESTS]]
     bad = [r for r in results if r.status != "ok"]
     if bad:
         raise RuntimeError(f"{len(bad)} requests did not succeed, e.g. {bad[0].error}")
     latencies = np.array([r.timings.total_ms for r in results])
     return {"rps": len(texts) / elapsed, "p50": float(np.percentile(latencies, 50)),
             "p99": float(np.percentile(latencies, 99)),
-            "mean_batch": float(np.mean([r.batch_size for r in results]))}
+            "mean_batch": float(np.mean([r.batch_size for r in results])),
+            "single_p50": float(np.percentile(single, 50)),
+            "single_p99": float(np.percentile(single, 99))}
 
 
 def main() -> int:
@@ -105,6 +112,8 @@ def main() -> int:
           f"p50 {piped['p50']:.0f} ms   p99 {piped['p99']:.0f} ms   "
           f"mean batch {piped['mean_batch']:.1f}")
     print(f"ratio pipeline / raw:               {piped['rps'] / raw:8.2f}")
+    print(f"unloaded latency ({UNLOADED_REQUESTS} requests one at a time): "
+          f"p50 {piped['single_p50']:.1f} ms   p99 {piped['single_p99']:.1f} ms")
     return 0
 
 

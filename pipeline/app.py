@@ -16,6 +16,7 @@ from kip import metrics
 from pipeline.access import AccessConfig
 from pipeline.decide import Context, Decision, Forward, Origin, decide, undecodable
 from schemas.errors import Internal
+from pipeline.reply_topics import ReplyTopics
 from pipeline.routing import Router
 from pipeline.settings import PipelineSettings
 from schemas.codec import encode, headers, now_ms
@@ -48,11 +49,12 @@ def _registry(settings: PipelineSettings):
 def _admit_agent(app: faust.App, settings: PipelineSettings, access: AccessConfig,
                  router: Router):
     async def admit(stream):
+        reply_topics = ReplyTopics(settings.bootstrap, settings.names)
         try:
             async for events in stream.take_events(settings.take_max,
                                                    within=settings.take_within_s):
                 ctx = Context(access, router, settings.names, now_ms(),
-                              settings.replay_window_ms)
+                              settings.replay_window_ms, await reply_topics.current())
                 decisions = [decide_safely(e.message.value, _origin(e.message), ctx)
                              for e in events]
                 await publish(app.producer, settings.names, decisions)
@@ -61,6 +63,8 @@ def _admit_agent(app: faust.App, settings: PipelineSettings, access: AccessConfi
             log.critical("pipeline agent failed, stopping the process: %r", exc)
             await app.crash(exc)
             raise
+        finally:
+            await reply_topics.close()
     return admit
 
 

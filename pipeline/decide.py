@@ -18,7 +18,7 @@ from pipeline.routing import Router
 from schemas.codec import decode
 from schemas.deadletter import dead_letter, fallback_request_id, hints
 from schemas.errors import DeadlineExceeded, InvalidRequest, KipError
-from schemas.messages import (AuditRecord, ErrorInfo, InferenceRequest,
+from schemas.messages import (AuditRecord, DeadLetterRecord, ErrorInfo, InferenceRequest,
                               InferenceResult, Priority, Route, Status, Timings, WorkItem)
 from topics.names import TopicNames
 
@@ -37,6 +37,7 @@ class Context:
     names: TopicNames
     now_ms: int
     replay_window_ms: int = DEFAULT_REPLAY_WINDOW_MS
+    reply_topics: frozenset[str] = frozenset()   # existing <prefix>.results.<suffix> topics
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def decide(payload: bytes, origin: Origin, ctx: Context) -> Decision:
 
 def admit(request: InferenceRequest, origin: Origin, ctx: Context) -> tuple[Route, Manifest]:
     """Every check a decoded request must pass; raises the first ``KipError``."""
-    check_reply_to(request.reply_to, ctx.names)
+    check_reply_to(request.reply_to, ctx)
     if origin.topic != ctx.names.requests(request.priority):
         raise InvalidRequest(f"a {request.priority.value} request arrived on {origin.topic}; "
                              f"publish it to {ctx.names.requests(request.priority)}")
@@ -85,10 +86,17 @@ def admit(request: InferenceRequest, origin: Origin, ctx: Context) -> tuple[Rout
     return route, manifest
 
 
-def check_reply_to(reply_to: str | None, names: TopicNames) -> None:
-    if reply_to is not None and not (reply_to == names.results
-                                     or reply_to.startswith(names.results + ".")):
-        raise InvalidRequest(f"reply_to must be {names.results} or {names.results}.<suffix>")
+def check_reply_to(reply_to: str | None, ctx: Context) -> None:
+    """``reply_to`` must be the results topic or an existing ``<results>.<suffix>`` topic:
+    kip never writes where it was not meant to, and never waits on a missing topic."""
+    results = ctx.names.results
+    if reply_to is None or reply_to == results:
+        return
+    if not reply_to.startswith(results + "."):
+        raise InvalidRequest(f"reply_to must be {results} or {results}.<suffix>")
+    if reply_to not in ctx.reply_topics:
+        raise InvalidRequest(f"reply_to topic {reply_to} does not exist; create it before "
+                             "sending requests that name it")
 
 
 def forward(request: InferenceRequest, route: Route, ctx: Context, size: int) -> Forward:
@@ -127,7 +135,7 @@ def undecodable(payload: bytes, origin: Origin, err: KipError, ctx: Context) -> 
 
 def _reply_to_ok(reply_to: str | None, ctx: Context) -> bool:
     try:
-        check_reply_to(reply_to, ctx.names)
+        check_reply_to(reply_to, ctx)
     except InvalidRequest:
         return False
     return reply_to is not None

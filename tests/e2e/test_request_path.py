@@ -8,11 +8,13 @@ import urllib.request
 
 import numpy as np
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from schemas import DeadLetterRecord, InferenceResult, Status, decode
+from kip.client import KipClient
+from kip.export.digits import dataset
+from schemas import DeadLetterRecord, InferenceResult, Status, decode, encode
 from schemas.messages import output_array
 from tests.e2e.conftest import client_for, outputs_of, read_topic
-from kip.export.digits import dataset
 
 pytestmark = pytest.mark.broker
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
@@ -166,4 +168,34 @@ def test_a_poison_work_item_fails_with_a_dead_letter_and_the_worker_keeps_servin
     seen = _one_result_one_final_audit(stack, result)
     [dead] = seen["deadletter"]
     assert (dead.origin_topic, dead.origin_offset) == (meta.topic, meta.offset)
+    _still_serving(stack)
+
+
+def test_results_go_to_an_existing_reply_topic_and_a_missing_one_is_refused(stack):
+    mine = f"{stack.prefix}.results.mine"
+
+    async def go():
+        admin = AIOKafkaAdminClient(bootstrap_servers=stack.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(mine, 1, 1)])
+        finally:
+            await admin.close()
+        await asyncio.sleep(3)   # the pipeline refreshes its view of reply topics every 2 s
+        async with client_for(stack) as on_default, \
+                KipClient(stack.bootstrap, tenant="acme", key_id="acme-k1",
+                          secret="acme-secret", topic_prefix=stack.prefix,
+                          reply_to=mine) as on_mine:
+            ok = await on_mine.infer("digits", PIXELS)
+            missing = KipClient("unused:0", tenant="acme", key_id="acme-k1",
+                                secret="acme-secret", topic_prefix=stack.prefix,
+                                reply_to=f"{stack.prefix}.results.missing")
+            request = missing.request("digits", PIXELS)
+            await on_default.publish_raw(on_default.names.requests("standard"),
+                                         encode(request), key=b"acme")
+            refused = await asyncio.wait_for(on_default.expect(request.request_id), 30)
+            return ok, refused
+    ok, refused = asyncio.run(go())
+    assert ok.status == Status.OK
+    assert refused.error.code == "INVALID_REQUEST" and "does not exist" in refused.error.message
     _still_serving(stack)

@@ -1,4 +1,5 @@
 import base64
+from dataclasses import replace
 
 import numpy as np
 import orjson
@@ -70,9 +71,12 @@ def test_a_past_deadline_expires_at_admission(ctx):
     _rejected(decide(_payload(request), _origin(), ctx), "DEADLINE_EXCEEDED", Status.EXPIRED)
 
 
-def test_replies_go_to_the_requested_results_topic(ctx):
+def test_replies_go_to_the_requested_results_topic_when_it_exists(ctx):
     request = signer(reply_to="kip.results.mine").request("nope", PIXELS, issued_at_ms=NOW_MS)
-    assert decide(_payload(request), _origin(), ctx).reply_to == "kip.results.mine"
+    with_topic = replace(ctx, reply_topics=frozenset({"kip.results.mine"}))
+    assert decide(_payload(request), _origin(), with_topic).reply_to == "kip.results.mine"
+    d = _rejected(decide(_payload(request), _origin(), ctx), "INVALID_REQUEST")
+    assert d.reply_to == "kip.results" and "does not exist" in d.result.error.message
 
 
 def test_undecodable_bytes_become_a_result_audit_and_dead_letter(ctx):
@@ -89,6 +93,7 @@ def test_undecodable_bytes_become_a_result_audit_and_dead_letter(ctx):
 def test_an_invalid_request_keeps_its_id_for_correlation(ctx):
     payload = orjson.dumps({"request_id": "r-77", "tenant": "acme", "inputs": "oops",
                             "reply_to": "kip.results.mine"})
+    ctx = replace(ctx, reply_topics=frozenset({"kip.results.mine"}))
     d = _rejected(decide(payload, _origin(), ctx), "INVALID_REQUEST")
     assert d.result.request_id == "r-77" and d.deadletter.request_id == "r-77"
     assert d.reply_to == "kip.results.mine" and d.audit.tenant == "acme"

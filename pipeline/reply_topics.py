@@ -1,0 +1,39 @@
+"""Which reply topics exist, from cluster metadata, refreshed at most every ``max_age_s``.
+
+The pipeline must not produce to a topic that does not exist: with topic auto-creation
+off, the send would wait for metadata, time out, and replay the same message forever.
+"""
+
+from __future__ import annotations
+
+import time
+
+from aiokafka.admin import AIOKafkaAdminClient
+
+from topics.names import TopicNames
+
+
+class ReplyTopics:
+    def __init__(self, bootstrap: str, names: TopicNames, max_age_s: float = 2.0) -> None:
+        self.bootstrap = bootstrap
+        self.prefix = names.results + "."
+        self.max_age_s = max_age_s
+        self._known: frozenset[str] = frozenset()
+        self._read_at = float("-inf")
+        self._admin: AIOKafkaAdminClient | None = None
+
+    async def current(self) -> frozenset[str]:
+        if time.monotonic() - self._read_at > self.max_age_s:
+            if self._admin is None:
+                self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap,
+                                                  client_id="kip-pipeline-reply-topics")
+                await self._admin.start()
+            topics = await self._admin.list_topics()
+            self._known = frozenset(t for t in topics if t.startswith(self.prefix))
+            self._read_at = time.monotonic()
+        return self._known
+
+    async def close(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            await admin.close()
