@@ -68,6 +68,7 @@ class KipClient:
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(ConnectionError("KipClient stopped before the result came"))
+                fut.exception()   # mark retrieved: nobody may be waiting on it any more
         self._pending.clear()
 
     async def __aenter__(self) -> KipClient:
