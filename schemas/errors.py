@@ -53,6 +53,26 @@ class DeadlineExceeded(KipError):
     code = "DEADLINE_EXCEEDED"
 
 
+class PayloadTooLarge(KipError):
+    """The message is larger than its class or model allows; it was not parsed."""
+
+    code = "PAYLOAD_TOO_LARGE"
+
+
+class QuotaExceeded(KipError):
+    """The tenant spent its request or byte budget; ``retry_after_ms`` says when to retry."""
+
+    code = "QUOTA_EXCEEDED"
+    retriable = True
+
+
+class Overloaded(KipError):
+    """The model's estimated wait exceeds the class budget or the request's deadline."""
+
+    code = "OVERLOADED"
+    retriable = True
+
+
 class InferenceFailed(KipError):
     """The model ran but failed or returned something unusable (NaN, wrong row count)."""
 
@@ -68,8 +88,8 @@ class Internal(KipError):
 
 _BY_CODE: dict[str, type[KipError]] = {
     cls.code: cls
-    for cls in (InvalidRequest, Unauthenticated, Forbidden, ModelNotFound,
-                DeadlineExceeded, InferenceFailed, Internal)
+    for cls in (InvalidRequest, Unauthenticated, Forbidden, ModelNotFound, DeadlineExceeded,
+                PayloadTooLarge, QuotaExceeded, Overloaded, InferenceFailed, Internal)
 }
 
 ERROR_CODES: tuple[str, ...] = tuple(sorted(_BY_CODE))

@@ -1,0 +1,107 @@
+"""Token-bucket quotas per tenant, and per tenant x model where configured.
+
+A quota limits requests/s and payload bytes/s, each with a burst. Quotas are set through
+the control topic (``kip tenants set``); bucket levels live in a faust Table keyed by
+tenant (changelog-backed), so a restart does not hand a tenant a fresh budget.
+
+``Ledger`` is the pure part: it holds bucket levels, takes tokens for one request and
+remembers which tenants changed so the adapter can write them back to the table.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.errors import QuotaExceeded
+
+
+class Limit(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    requests_per_s: float | None = Field(None, gt=0, description="refill rate; None = unlimited")
+    burst_requests: float | None = Field(None, gt=0, description="bucket size (default 1 s)")
+    bytes_per_s: float | None = Field(None, gt=0)
+    burst_bytes: float | None = Field(None, gt=0)
+
+
+class TenantQuota(Limit):
+    """The control-topic record ``quota:<tenant>``: a tenant-wide limit plus per-model ones."""
+
+    tenant: str
+    models: dict[str, Limit] = Field(default_factory=dict)
+
+
+@dataclass
+class Bucket:
+    tokens: float
+    at_ms: int
+
+    def take(self, cost: float, rate_per_s: float, burst: float, now_ms: int) -> int:
+        """Refill, then take ``cost``; return 0 on success or the ms to wait for it."""
+        elapsed_s = max(0, now_ms - self.at_ms) / 1000
+        self.tokens = min(burst, self.tokens + elapsed_s * rate_per_s)
+        self.at_ms = now_ms
+        if self.tokens >= cost:
+            self.tokens -= cost
+            return 0
+        if cost > burst:
+            return -1
+        return math.ceil((cost - self.tokens) / rate_per_s * 1000)
+
+
+# One tenant's buckets: scope ("" tenant-wide, or a model name) -> kind -> Bucket.
+TenantBuckets = dict[str, dict[str, Bucket]]
+
+
+class Ledger:
+    def __init__(self, quotas: dict[str, TenantQuota] | None = None,
+                 levels: dict[str, TenantBuckets] | None = None) -> None:
+        self.quotas = quotas or {}
+        self.levels = levels or {}
+        self.dirty: set[str] = set()
+
+    def take(self, tenant: str, model: str, payload_bytes: int, now_ms: int) -> None:
+        """Charge one request; raise ``QuotaExceeded`` (nothing charged) if any limit bites."""
+        quota = self.quotas.get(tenant)
+        if quota is None:
+            return
+        scopes = [("", quota)] + ([(model, quota.models[model])] if model in quota.models else [])
+        buckets = self.levels.setdefault(tenant, {})
+        saved = {scope: {k: Bucket(b.tokens, b.at_ms) for k, b in buckets.get(scope, {}).items()}
+                 for scope, _ in scopes}
+        for scope, limit in scopes:
+            for kind, cost, rate, burst in _charges(limit, payload_bytes):
+                bucket = buckets.setdefault(scope, {}).setdefault(kind, Bucket(burst, now_ms))
+                wait_ms = bucket.take(cost, rate, burst, now_ms)
+                if wait_ms:
+                    buckets.update(saved)   # all or nothing
+                    raise _exceeded(tenant, scope, kind, wait_ms)
+        self.dirty.add(tenant)
+
+
+def _charges(limit: Limit, payload_bytes: int):
+    if limit.requests_per_s:
+        yield "requests", 1, limit.requests_per_s, limit.burst_requests or limit.requests_per_s
+    if limit.bytes_per_s:
+        yield "bytes", payload_bytes, limit.bytes_per_s, limit.burst_bytes or limit.bytes_per_s
+
+
+def _exceeded(tenant: str, scope: str, kind: str, wait_ms: int) -> QuotaExceeded:
+    where = f"tenant '{tenant}'" + (f" on model '{scope}'" if scope else "")
+    if wait_ms < 0:
+        return QuotaExceeded(f"the request is larger than the {kind} burst of {where}; "
+                             "it can never pass")
+    return QuotaExceeded(f"{where} is over its {kind} quota", retry_after_ms=wait_ms)
+
+
+def dump_levels(buckets: TenantBuckets) -> dict:
+    """JSON-ready form of one tenant's buckets (the faust Table value)."""
+    return {scope: {kind: [b.tokens, b.at_ms] for kind, b in kinds.items()}
+            for scope, kinds in buckets.items()}
+
+
+def load_levels(value: dict) -> TenantBuckets:
+    return {scope: {kind: Bucket(float(t), int(at)) for kind, (t, at) in kinds.items()}
+            for scope, kinds in value.items()}
