@@ -58,7 +58,13 @@ class Manifest(BaseModel):
     max_batch: int = Field(gt=0, description="rows per inference call")
     preprocessing: Tokenize | None = None
     memory_estimate_bytes: int
+    max_payload_bytes: int | None = Field(None, description="largest request message")
+    max_rows_per_request: int | None = Field(None, description="default: max_batch")
     description: str = ""
+
+    @property
+    def rows_per_request(self) -> int:
+        return self.max_rows_per_request or self.max_batch
 
     def check_inputs(self, inputs: list[Tensor]) -> int:
         """Raise ``InvalidRequest`` unless ``inputs`` fit this model; return the row count."""

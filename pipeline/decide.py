@@ -4,20 +4,26 @@
 ``Context`` (access config, router, topic names, the clock): no I/O, so every path is
 unit-tested without Kafka. ``pipeline.app`` is the thin faust adapter around it.
 
-Order: decode+validate -> reply_to and class checks -> authenticate -> authorize ->
-deadline -> route -> check inputs against the model. The first failure ends the request.
+Order: size (before parsing) -> decode+validate -> reply_to and class checks ->
+authenticate -> authorize -> deadline -> route -> inputs and limits against the model ->
+capacity (overload: fallback or reject) -> quota. The first failure ends the request.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from kip.registry import Manifest
 from pipeline.access import DEFAULT_REPLAY_WINDOW_MS, AccessConfig, authenticate, authorize
+from pipeline.admission import (AdmissionPolicy, check_deadline, check_payload_size,
+                                check_request_limits, check_wait, effective_deadline)
+from pipeline.capacity import CapacityView
+from pipeline.quota import Ledger
 from pipeline.routing import Router
-from schemas.codec import decode
-from schemas.deadletter import dead_letter, fallback_request_id, hints
-from schemas.errors import DeadlineExceeded, InvalidRequest, KipError
+from schemas.codec import MODEL_HEADER, REQUEST_ID_HEADER, decode
+from schemas.deadletter import dead_letter, fallback_request_id, hints, valid_id
+from schemas.errors import (DeadlineExceeded, InvalidRequest, KipError, Overloaded,
+                            PayloadTooLarge)
 from schemas.messages import (AuditRecord, DeadLetterRecord, ErrorInfo, InferenceRequest,
                               InferenceResult, Priority, Route, Status, Timings, WorkItem)
 from topics.names import TopicNames
@@ -25,19 +31,36 @@ from topics.names import TopicNames
 
 @dataclass(frozen=True)
 class Origin:
+    """Where a message came from: its coordinates, Kafka key and headers."""
+
     topic: str
     partition: int
     offset: int
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+    def header(self, name: str) -> str | None:
+        for k, v in self.headers:
+            if k == name:
+                return v.decode("utf-8", "replace")
+        return None
 
 
 @dataclass(frozen=True)
 class Context:
+    """Everything a decision reads. ``ledger`` and ``capacity`` are the only mutable parts:
+    quota spent and requests forwarded by this round's earlier decisions."""
+
     access: AccessConfig
     router: Router
     names: TopicNames
     now_ms: int
     replay_window_ms: int = DEFAULT_REPLAY_WINDOW_MS
     reply_topics: frozenset[str] = frozenset()   # existing <prefix>.results.<suffix> topics
+    policy: AdmissionPolicy = field(default_factory=AdmissionPolicy)
+    ledger: Ledger = field(default_factory=Ledger)
+    capacity: CapacityView = field(default_factory=CapacityView)
+    fallbacks: Mapping[str, str] = field(default_factory=dict)   # model -> fallback alias
 
 
 @dataclass(frozen=True)
@@ -60,17 +83,23 @@ Decision = Forward | Reject
 
 def decide(payload: bytes, origin: Origin, ctx: Context) -> Decision:
     try:
+        check_payload_size(len(payload), _class_of(origin.topic, ctx), ctx.policy,
+                           _model_limit(origin, ctx))
+    except PayloadTooLarge as err:
+        return oversized(len(payload), origin, err, ctx)
+    try:
         request = decode(InferenceRequest, payload)
     except InvalidRequest as err:
         return undecodable(payload, origin, err, ctx)
     try:
-        route, manifest = admit(request, origin, ctx)
+        route, deadline_ms = admit(request, origin, ctx, len(payload))
     except KipError as err:
         return reject(request, err, ctx, len(payload))
-    return forward(request, route, ctx, len(payload))
+    return forward(request, route, deadline_ms, ctx, len(payload))
 
 
-def admit(request: InferenceRequest, origin: Origin, ctx: Context) -> tuple[Route, Manifest]:
+def admit(request: InferenceRequest, origin: Origin, ctx: Context, size: int
+          ) -> tuple[Route, int]:
     """Every check a decoded request must pass; raises the first ``KipError``."""
     check_reply_to(request.reply_to, ctx)
     if origin.topic != ctx.names.requests(request.priority):
@@ -78,12 +107,51 @@ def admit(request: InferenceRequest, origin: Origin, ctx: Context) -> tuple[Rout
                              f"publish it to {ctx.names.requests(request.priority)}")
     authenticate(request, ctx.access, ctx.now_ms, ctx.replay_window_ms)
     authorize(request, ctx.access)
-    if request.deadline_ms is not None and request.deadline_ms <= ctx.now_ms:
-        raise DeadlineExceeded(f"the deadline passed {ctx.now_ms - request.deadline_ms} ms "
-                               "before admission")
+    deadline_ms = effective_deadline(request, ctx.policy)
+    check_deadline(deadline_ms, ctx.now_ms)
     route, manifest = ctx.router.route(request.model)
     manifest.check_inputs(request.inputs)
-    return route, manifest
+    check_request_limits(request, manifest, size, ctx.policy)
+    route = within_capacity(request, route, deadline_ms, ctx)
+    ctx.ledger.take(request.tenant, route.model_name, size, ctx.now_ms)
+    return route, deadline_ms
+
+
+def within_capacity(request: InferenceRequest, route: Route, deadline_ms: int,
+                    ctx: Context) -> Route:
+    """``route`` if its model can serve in time, else its fallback, else ``Overloaded``."""
+    estimate = ctx.capacity.estimate_wait_ms(route.model_name, request.priority, ctx.now_ms)
+    try:
+        check_wait(estimate, request.priority, deadline_ms, ctx.now_ms, ctx.policy)
+        return route
+    except Overloaded:
+        alternative = ctx.fallbacks.get(route.model_name)
+        if alternative is None:
+            raise
+        fallback, manifest = ctx.router.route(alternative)
+        manifest.check_inputs(request.inputs)
+        estimate = ctx.capacity.estimate_wait_ms(fallback.model_name, request.priority,
+                                                 ctx.now_ms)
+        check_wait(estimate, request.priority, deadline_ms, ctx.now_ms, ctx.policy)
+        return fallback.model_copy(update={"fallback_from": route.model_name})
+
+
+def _class_of(topic: str, ctx: Context) -> Priority:
+    for priority in Priority:
+        if topic == ctx.names.requests(priority):
+            return priority
+    return Priority.BATCH   # the most generous limit; the topic check rejects it later
+
+
+def _model_limit(origin: Origin, ctx: Context) -> int | None:
+    """The per-model payload limit, when the producer named the model in a header."""
+    alias = origin.header(MODEL_HEADER)
+    if alias is None:
+        return None
+    try:
+        return ctx.router.route(alias)[1].max_payload_bytes
+    except KipError:
+        return None
 
 
 def check_reply_to(reply_to: str | None, ctx: Context) -> None:
@@ -99,9 +167,13 @@ def check_reply_to(reply_to: str | None, ctx: Context) -> None:
                              "sending requests that name it")
 
 
-def forward(request: InferenceRequest, route: Route, ctx: Context, size: int) -> Forward:
-    work = WorkItem(request=request, route=route, routed_at_ms=ctx.now_ms)
-    audit = _audit(request, ctx, size, decision="routed", final=False, route=route)
+def forward(request: InferenceRequest, route: Route, deadline_ms: int, ctx: Context,
+            size: int) -> Forward:
+    work = WorkItem(request=request, route=route, routed_at_ms=ctx.now_ms,
+                    deadline_ms=deadline_ms)
+    decision = "degraded" if route.fallback_from else "routed"
+    audit = _audit(request, ctx, size, decision=decision, final=False, route=route)
+    ctx.capacity.forwarded(route.model_name, request.priority)
     return Forward(ctx.names.work(route.model_name, request.priority), work, audit)
 
 
@@ -115,6 +187,24 @@ def reject(request: InferenceRequest, err: KipError, ctx: Context, size: int) ->
     audit = _audit(request, ctx, size, decision=status.value, final=True, code=err.code)
     reply_to = request.reply_to if _reply_to_ok(request.reply_to, ctx) else ctx.names.results
     return Reject(reply_to, result, audit)
+
+
+def oversized(size: int, origin: Origin, err: PayloadTooLarge, ctx: Context) -> Reject:
+    """Rejected unparsed: identity comes from the Kafka key and headers only."""
+    request_id = origin.header(REQUEST_ID_HEADER)
+    if request_id is None or not valid_id(request_id):
+        request_id = fallback_request_id(origin.topic, origin.partition, origin.offset)
+    tenant = origin.key.decode("utf-8", "replace") if origin.key else None
+    tenant = tenant if tenant and valid_id(tenant) else None
+    priority = _class_of(origin.topic, ctx)
+    result = InferenceResult(request_id=request_id, tenant=tenant, priority=priority,
+                             status=Status.REJECTED, error=_error(err),
+                             timings=Timings(total_ms=0.0), produced_at_ms=ctx.now_ms)
+    audit = AuditRecord(request_id=request_id, stage="pipeline", decision="rejected",
+                        final=True, tenant=tenant, priority=priority,
+                        model=origin.header(MODEL_HEADER), error_code=err.code,
+                        payload_bytes=size, at_ms=ctx.now_ms)
+    return Reject(ctx.names.results, result, audit)
 
 
 def undecodable(payload: bytes, origin: Origin, err: KipError, ctx: Context) -> Reject:
@@ -152,5 +242,6 @@ def _audit(request: InferenceRequest, ctx: Context, size: int, *, decision: str,
         tenant=request.tenant, key_id=request.key_id, priority=Priority(request.priority),
         model=request.model, model_name=route and route.model_name,
         model_version=route and route.model_version,
-        artifact_sha256=route and route.artifact_sha256, error_code=code,
+        artifact_sha256=route and route.artifact_sha256,
+        fallback_from=route and route.fallback_from, error_code=code,
         payload_bytes=size, traceparent=request.traceparent, at_ms=ctx.now_ms)

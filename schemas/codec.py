@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from schemas.errors import InvalidRequest
 from schemas.messages import (AuditRecord, DeadLetterRecord, InferenceRequest,
-                              InferenceResult, Message, WorkItem)
+                              InferenceResult, Message, WorkerTelemetry, WorkItem)
 
 M = TypeVar("M", bound=Message)
 
@@ -20,10 +20,14 @@ MESSAGE_TYPES: dict[type[Message], str] = {
     InferenceResult: "inference-result",
     AuditRecord: "audit-record",
     DeadLetterRecord: "dead-letter",
+    WorkerTelemetry: "worker-telemetry",
 }
 TYPE_HEADER = "kip-type"
 VERSION_HEADER = "kip-schema-version"
 TRACE_HEADER = "traceparent"
+# Set by producers so the pipeline can answer an oversized request without parsing it.
+REQUEST_ID_HEADER = "kip-request-id"
+MODEL_HEADER = "kip-model"
 
 
 def encode(message: Message) -> bytes:
@@ -45,6 +49,9 @@ def headers(message: Message, traceparent: str | None = None) -> list[tuple[str,
            (VERSION_HEADER, str(message.schema_version).encode())]
     if traceparent:
         out.append((TRACE_HEADER, traceparent.encode()))
+    if isinstance(message, InferenceRequest):
+        out += [(REQUEST_ID_HEADER, message.request_id.encode()),
+                (MODEL_HEADER, message.model.encode())]
     return out
 
 

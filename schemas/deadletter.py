@@ -38,5 +38,9 @@ def hints(payload: bytes) -> dict[str, str]:
             if isinstance(doc.get(k), str) and _ID.match(doc[k])}
 
 
+def valid_id(value: str) -> bool:
+    return bool(_ID.match(value))
+
+
 def fallback_request_id(topic: str, partition: int, offset: int) -> str:
     return f"undecodable.{topic}.{partition}.{offset}"

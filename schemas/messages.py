@@ -62,6 +62,7 @@ class Route(Message):
     model_name: str
     model_version: str
     artifact_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    fallback_from: str | None = Field(None, description="the overloaded model it replaced")
 
 
 class WorkItem(Message):
@@ -71,6 +72,7 @@ class WorkItem(Message):
     request: InferenceRequest
     route: Route
     routed_at_ms: int
+    deadline_ms: int = Field(description="the request's deadline, or its class default")
 
 
 class ErrorInfo(Message):
@@ -101,6 +103,7 @@ class InferenceResult(Message):
     model_name: str | None = None
     model_version: str | None = None
     artifact_sha256: str | None = None
+    fallback_from: str | None = None
     outputs: list[Tensor] = Field(default_factory=list)
     timings: Timings
     batch_size: int | None = None
@@ -123,6 +126,7 @@ class AuditRecord(Message):
     model_name: str | None = None
     model_version: str | None = None
     artifact_sha256: str | None = None
+    fallback_from: str | None = None
     error_code: str | None = None
     payload_bytes: int
     traceparent: str | None = None
@@ -141,6 +145,20 @@ class DeadLetterRecord(Message):
     request_id: str | None = None
     payload_b64: str = Field(description="the original bytes, base64, cut at 64 KiB")
     payload_bytes: int
+    at_ms: int
+
+
+class WorkerTelemetry(Message):
+    """What a worker reports on ``kip.telemetry`` every second (key: worker id)."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    worker_id: str
+    model: str
+    versions: list[str]
+    provider: str
+    requests_per_s: float = Field(ge=0, description="measured while busy, EWMA; 0 = unknown")
+    backlog: dict[Priority, int] = Field(description="requests waiting per class")
+    memory_rss_bytes: int
     at_ms: int
 
 

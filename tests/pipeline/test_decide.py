@@ -6,8 +6,10 @@ import orjson
 import pytest
 
 from pipeline.decide import Forward, Origin, Reject, decide
+from pipeline.quota import TenantQuota
 from schemas import InferenceRequest, Status, encode
-from tests.pipeline.conftest import NOW_MS, signer
+from schemas.messages import WorkerTelemetry
+from tests.pipeline.conftest import DIGITS_MANIFEST, NOW_MS, signer
 
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
 
@@ -98,3 +100,66 @@ def test_an_invalid_request_keeps_its_id_for_correlation(ctx):
     assert d.result.request_id == "r-77" and d.deadletter.request_id == "r-77"
     assert d.reply_to == "kip.results.mine" and d.audit.tenant == "acme"
     assert "Field required" in d.result.error.message and "more" in d.result.error.message
+
+
+def test_forwarded_work_carries_the_class_default_deadline(ctx):
+    request = signer().request("digits", PIXELS, priority="interactive", issued_at_ms=NOW_MS)
+    d = decide(_payload(request), _origin("interactive"), ctx)
+    assert d.work.deadline_ms == NOW_MS + 2_000
+
+
+def test_an_oversized_message_is_rejected_unparsed_using_its_headers(ctx):
+    payload = b"\xff" * (1024 * 1024 + 1)     # not even JSON: proves it was never parsed
+    origin = Origin("kip.requests.interactive", 2, 9, key=b"acme",
+                    headers=(("kip-request-id", b"big-1"), ("kip-model", b"digits")))
+    d = _rejected(decide(payload, origin, ctx), "PAYLOAD_TOO_LARGE")
+    assert d.result.request_id == "big-1" and d.result.tenant == "acme"
+    assert d.deadletter is None and d.audit.payload_bytes == len(payload)
+
+
+def test_a_per_model_payload_limit_applies_before_parsing(ctx, small_registry, tmp_path):
+    artifact = tmp_path / "tiny.onnx"
+    artifact.write_bytes(b"tiny")
+    manifest = DIGITS_MANIFEST | {"name": "tiny", "max_payload_bytes": 100}
+    mv = small_registry.publish(artifact, manifest, {})
+    small_registry.set_alias("tiny", f"tiny@{mv.manifest.version}")
+    origin = Origin("kip.requests.batch", 0, 1, headers=(("kip-model", b"tiny"),))
+    _rejected(decide(b"x" * 101, origin, ctx), "PAYLOAD_TOO_LARGE")
+
+
+def test_a_tenant_over_quota_is_refused_with_retry_after(ctx):
+    ctx.ledger.quotas["acme"] = TenantQuota(tenant="acme", requests_per_s=1, burst_requests=2)
+    codes = []
+    for _ in range(3):
+        request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
+        d = decide(_payload(request), _origin(), ctx)
+        codes.append(d.result.error.code if isinstance(d, Reject) else "ok")
+    assert codes == ["ok", "ok", "QUOTA_EXCEEDED"]
+    assert d.result.error.retry_after_ms == 1000
+
+
+def _telemetry(model: str, rate: float, backlog: int) -> WorkerTelemetry:
+    return WorkerTelemetry(worker_id=f"w-{model}", model=model, versions=["v"], provider="cpu",
+                           requests_per_s=rate, backlog={"interactive": backlog},
+                           memory_rss_bytes=1, at_ms=NOW_MS)
+
+
+def test_an_overloaded_model_rejects_with_retry_after(ctx):
+    ctx.capacity.update("w", _telemetry("digits", 100, 300))      # 3 s of backlog
+    request = signer().request("digits", PIXELS, priority="interactive", issued_at_ms=NOW_MS)
+    d = _rejected(decide(_payload(request), _origin("interactive"), ctx), "OVERLOADED")
+    assert d.result.error.retry_after_ms == 2501
+
+
+def test_an_overloaded_model_degrades_to_its_fallback(ctx, small_registry, tmp_path):
+    artifact = tmp_path / "small.onnx"
+    artifact.write_bytes(b"small")
+    mv = small_registry.publish(artifact, DIGITS_MANIFEST | {"name": "digits-small"}, {})
+    small_registry.set_alias("digits-small", f"digits-small@{mv.manifest.version}")
+    ctx = replace(ctx, fallbacks={"digits": "digits-small"})
+    ctx.capacity.update("w", _telemetry("digits", 100, 300))
+    request = signer().request("digits", PIXELS, priority="interactive", issued_at_ms=NOW_MS)
+    d = decide(_payload(request), _origin("interactive"), ctx)
+    assert isinstance(d, Forward) and d.topic == "kip.work.digits-small.interactive"
+    assert d.work.route.fallback_from == "digits" and d.audit.decision == "degraded"
+    assert d.audit.fallback_from == "digits"
