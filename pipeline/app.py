@@ -3,6 +3,11 @@
 Delivery: at-least-once. A round of up to ``take_max`` events is decided, every output
 (work item or result, audit record, dead letter) is produced, and the round waits for
 all acknowledgements (acks=all) before faust may commit the round's offsets.
+
+State: quota bucket levels live in the faust Table ``quota-levels`` (keyed by tenant,
+changelog-backed, recovered before processing starts); quota settings and fallbacks
+come from the control topic, capacity from the telemetry topic, each followed by a
+background task that must have caught up before the first round is decided.
 """
 
 from __future__ import annotations
@@ -14,49 +19,103 @@ import faust
 
 from kip import metrics
 from pipeline.access import AccessConfig
+from pipeline.capacity import CapacityView
+from pipeline.control import ControlState, apply_telemetry
 from pipeline.decide import Context, Decision, Forward, Origin, decide, undecodable
-from schemas.errors import Internal
+from pipeline.follower import TopicFollower
+from pipeline.quota import Ledger, dump_levels, load_levels
 from pipeline.reply_topics import ReplyTopics
 from pipeline.routing import Router
 from pipeline.settings import PipelineSettings
 from schemas.codec import encode, headers, now_ms
+from schemas.errors import Internal
 from schemas.messages import DeadLetterRecord, WorkItem
 from topics.names import PRIORITIES, TopicNames
 
 log = logging.getLogger("kip.pipeline")
 
 
+class PipelineState:
+    """What every round of every agent shares within one pipeline process."""
+
+    def __init__(self, app: faust.App, settings: PipelineSettings) -> None:
+        from kip.registry import Registry
+
+        self.settings = settings
+        self.access = AccessConfig.from_file(settings.access_file)
+        self.router = Router(Registry(settings.registry_dir))
+        self.control = ControlState()
+        self.capacity = CapacityView()
+        self.ledger = Ledger(self.control.quotas)
+        self.levels = app.Table("quota-levels", partitions=settings.request_partitions,
+                                key_type=str, value_type=dict)
+        self.followers = [
+            TopicFollower(settings.bootstrap, settings.names.control, self.control.apply),
+            TopicFollower(settings.bootstrap, settings.names.telemetry,
+                          apply_telemetry(self.capacity))]
+
+    async def ready(self) -> None:
+        await asyncio.gather(*(f.caught_up.wait() for f in self.followers))
+
+    def context(self, reply_topics: frozenset[str]) -> Context:
+        s = self.settings
+        return Context(self.access, self.router, s.names, now_ms(), s.replay_window_ms,
+                       reply_topics, s.admission, self.ledger, self.capacity,
+                       self.control.fallbacks)
+
+    def load_tenants(self, events) -> None:
+        """Bring bucket levels of this round's tenants in from the table (first sight)."""
+        for event in events:
+            tenant = (event.message.key or b"").decode("utf-8", "replace")
+            if tenant and tenant not in self.ledger.levels and tenant in self.levels:
+                self.ledger.levels[tenant] = load_levels(self.levels[tenant])
+
+    def save_tenants(self, events) -> None:
+        """Write changed bucket levels to the table, on the tenant's own partition."""
+        partition_of = {(e.message.key or b"").decode("utf-8", "replace"): e.message.partition
+                        for e in events}
+        for tenant in self.ledger.dirty:
+            value = dump_levels(self.ledger.levels[tenant])
+            self.levels.data[tenant] = value
+            self.levels.send_changelog(partition_of.get(tenant, 0), tenant, value)
+        self.ledger.dirty.clear()
+
+
 def create_app(settings: PipelineSettings) -> faust.App:
     app = faust.App(
         f"{settings.topic_prefix}-pipeline", broker=f"kafka://{settings.bootstrap}",
         store="memory://", web_enabled=False, topic_replication_factor=1,
-        producer_acks=-1, consumer_auto_offset_reset="earliest", autodiscover=False)
-    access = AccessConfig.from_file(settings.access_file)
-    router = Router(_registry(settings))
+        producer_acks=-1, consumer_auto_offset_reset="earliest", autodiscover=False,
+        topic_partitions=settings.request_partitions)
+    state = PipelineState(app, settings)
+    app.task(_follow(state))
     for priority in PRIORITIES:
         topic = app.topic(settings.names.requests(priority), key_serializer="raw",
                           value_serializer="raw")
-        app.agent(topic, name=f"admit-{priority.value}")(
-            _admit_agent(app, settings, access, router))
+        app.agent(topic, name=f"admit-{priority.value}")(_admit_agent(app, state))
     return app
 
 
-def _registry(settings: PipelineSettings):
-    from kip.registry import Registry
-    return Registry(settings.registry_dir)
+def _follow(state: PipelineState):
+    async def follow() -> None:
+        await asyncio.gather(*(f.run() for f in state.followers))
+    return follow
 
 
-def _admit_agent(app: faust.App, settings: PipelineSettings, access: AccessConfig,
-                 router: Router):
+def _admit_agent(app: faust.App, state: PipelineState):
+    settings = state.settings
+
     async def admit(stream):
         reply_topics = ReplyTopics(settings.bootstrap, settings.names)
+        await state.ready()
         try:
             async for events in stream.take_events(settings.take_max,
                                                    within=settings.take_within_s):
-                ctx = Context(access, router, settings.names, now_ms(),
-                              settings.replay_window_ms, await reply_topics.current())
+                ctx = state.context(await reply_topics.current())
+                state.load_tenants(events)
                 decisions = [decide_safely(e.message.value, _origin(e.message), ctx)
                              for e in events]
+                state.save_tenants(events)
                 await publish(app.producer, settings.names, decisions)
         except Exception as exc:
             # Offsets of the failed round are not committed: a restart replays it.
@@ -79,7 +138,8 @@ def decide_safely(payload: bytes, origin: Origin, ctx: Context) -> Decision:
 
 
 def _origin(message) -> Origin:
-    return Origin(message.topic, message.partition, message.offset)
+    return Origin(message.topic, message.partition, message.offset, message.key,
+                  tuple(message.headers or ()))
 
 
 async def publish(producer, names: TopicNames, decisions: list[Decision]) -> None:
@@ -88,7 +148,8 @@ async def publish(producer, names: TopicNames, decisions: list[Decision]) -> Non
     for d in decisions:
         for topic, message, trace in _outputs(names, d):
             futures.append(await producer.send(
-                topic, message_key(message), encode(message), None, None, headers(message, trace)))
+                topic, message_key(message), encode(message), None, None,
+                headers(message, trace)))
     await asyncio.gather(*futures)
     for d in decisions:
         _count(d)
@@ -116,8 +177,7 @@ def _outputs(names: TopicNames, d: Decision):
 
 def _count(d: Decision) -> None:
     a = d.audit
-    outcome = "routed" if isinstance(d, Forward) else a.decision
-    metrics.count("pipeline", outcome, a.error_code, a.priority, a.model_name or a.model)
+    metrics.count("pipeline", a.decision, a.error_code, a.priority, a.model_name or a.model)
 
 
 def run(settings: PipelineSettings) -> None:

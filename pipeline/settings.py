@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field
 
 from kip.settings import KipSettings, kip_home
+from pipeline.admission import AdmissionPolicy
 
 
 class PipelineSettings(KipSettings):
@@ -15,3 +16,8 @@ class PipelineSettings(KipSettings):
     replay_window_ms: int = Field(300_000, description="accepted |now - issued_at_ms|")
     take_max: int = Field(200, description="requests decided per produce round")
     take_within_s: float = Field(0.005, description="longest wait to fill a round")
+    admission: AdmissionPolicy = Field(
+        default_factory=AdmissionPolicy,
+        description="payload limits, default deadlines, wait budgets per class (JSON)")
+    request_partitions: int = Field(3, description="partitions of each request topic; "
+                                    "the quota table is partitioned alike")
