@@ -30,14 +30,16 @@ def terminal(item: WorkItem, stamps: Stamps, now_ms: int, outputs: list[Tensor] 
         error=error and ErrorInfo(code=error.code, message=error.message,
                                   retry_after_ms=error.retry_after_ms),
         model=request.model, model_name=route.model_name, model_version=route.model_version,
-        artifact_sha256=route.artifact_sha256, outputs=outputs or [],
+        artifact_sha256=route.artifact_sha256, fallback_from=route.fallback_from,
+        outputs=outputs or [],
         timings=_timings(item, stamps, now_ms), batch_size=stamps.batch_size,
         traceparent=request.traceparent, produced_at_ms=now_ms)
     audit = AuditRecord(
         request_id=request.request_id, stage="worker", decision=status.value, final=True,
         tenant=request.tenant, key_id=request.key_id, priority=request.priority,
         model=request.model, model_name=route.model_name, model_version=route.model_version,
-        artifact_sha256=route.artifact_sha256, error_code=error and error.code,
+        artifact_sha256=route.artifact_sha256, fallback_from=route.fallback_from,
+        error_code=error and error.code,
         payload_bytes=0, traceparent=request.traceparent, at_ms=now_ms)
     return result, audit
 

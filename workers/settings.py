@@ -16,3 +16,6 @@ class WorkerSettings(KipSettings):
     max_batch: int = Field(0, description="requests per inference call; 0 = manifest max_batch")
     max_delay_ms: float = Field(5.0, description="longest wait to fill a batch")
     session_timeout_ms: int = Field(30_000, description="consumer group session timeout")
+    max_class_wait_ms: float = Field(
+        2_000, description="aging: longest a lower class waits while higher ones have backlog")
+    telemetry_interval_s: float = Field(1.0, description="how often capacity is reported")

@@ -25,10 +25,13 @@ from schemas.errors import DeadlineExceeded, Internal, InvalidRequest, KipError
 from schemas.messages import (AuditRecord, InferenceResult, Priority, Status, Timings,
                               WorkItem)
 from topics.catalogue import MAX_MESSAGE_BYTES
+from topics.names import PRIORITIES
 from workers.batcher import next_batch
 from workers.outcome import Stamps, terminal
+from workers.priority import Prioritizer, backlog_by_class
 from workers.session import ModelSession
 from workers.settings import WorkerSettings
+from workers.telemetry import Throughput, report, worker_id
 
 log = logging.getLogger("kip.worker")
 _RANK = {Priority.INTERACTIVE: 0, Priority.STANDARD: 1, Priority.BATCH: 2}
@@ -45,10 +48,13 @@ class Worker:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kip-infer")
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
-        self._task: asyncio.Task | None = None
+        self.id = worker_id(self.model)
+        self.throughput = Throughput()
+        self.prioritizer: Prioritizer | None = None
+        self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
-        if self._task is not None:
+        if self._tasks:
             return
         alias = self.registry.resolve(self.settings.model)
         await self._session(alias.manifest.name, alias.manifest.version)
@@ -65,13 +71,20 @@ class Worker:
             fetch_max_bytes=4 * MAX_MESSAGE_BYTES)
         await self.producer.start()
         await self.consumer.start()
-        self._task = asyncio.create_task(self._loop(), name=f"kip-worker-{self.model}")
+        topic_class = {self.names.work(self.model, p): p for p in PRIORITIES}
+        self.prioritizer = Prioritizer(self.consumer, topic_class,
+                                       self.settings.max_class_wait_ms)
+        self._tasks = [asyncio.create_task(self._loop(), name=f"kip-worker-{self.model}"),
+                       asyncio.create_task(self._report(), name=f"kip-telemetry-{self.model}")]
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks and self.producer is not None:   # leave the capacity view at once
+            await self.producer.send_and_wait(self.names.telemetry, None,
+                                              key=self.id.encode())
         for client in (self.consumer, self.producer):
             if client is not None:
                 await client.stop()
@@ -79,9 +92,11 @@ class Worker:
         self.executor.shutdown(wait=True)
 
     async def wait(self) -> None:
-        """Until the loop ends (it only ends by an error or ``stop``)."""
-        if self._task is not None:
-            await self._task
+        """Until a loop ends (they only end by an error or ``stop``)."""
+        if self._tasks:
+            done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
 
     async def __aenter__(self) -> Worker:
         await self.start()
@@ -98,9 +113,26 @@ class Worker:
 
     async def _loop(self) -> None:
         while True:
+            await self.prioritizer.apply()
             records = await next_batch(self.consumer, self.max_batch, self.settings.max_delay_ms)
             if records:
+                started = time.monotonic()
                 await self.process(records)
+                self.throughput.record(len(records), time.monotonic() - started)
+                self.prioritizer.served({self.prioritizer.topic_class[r.topic]
+                                         for r in records})
+
+    async def _report(self) -> None:
+        """Telemetry every ``telemetry_interval_s``: capacity, backlog, memory."""
+        while True:
+            sessions = list(self.sessions.values())
+            backlog = await backlog_by_class(self.consumer, self.prioritizer.topic_class)
+            message = report(self.id, self.model, [s.manifest.version for s in sessions],
+                             sessions[0].provider if sessions else "", self.throughput,
+                             backlog, now_ms())
+            await self.producer.send_and_wait(self.names.telemetry, encode(message),
+                                              key=self.id.encode(), headers=headers(message))
+            await asyncio.sleep(self.settings.telemetry_interval_s)
 
     async def process(self, records: list[ConsumerRecord]) -> None:
         """Outputs for every record, all acknowledged, then the offsets committed."""
@@ -117,26 +149,40 @@ class Worker:
         await self.consumer.commit(_next_offsets(records))
 
     async def _serve(self, items: list[WorkItem], pulled: float) -> list[Output]:
-        now = now_ms()
-        live, outputs = [], []
-        expired = DeadlineExceeded("the deadline passed while the request waited for a worker")
-        for item in items:
-            if item.request.deadline_ms is None or item.request.deadline_ms > now:
-                live.append(item)
-            else:
-                outputs += self._terminal(item, Stamps(pulled), error=expired)
+        outputs: list[Output] = []
         groups: dict[tuple[str, str], list[WorkItem]] = defaultdict(list)
-        for item in sorted(live, key=lambda i: _RANK[i.request.priority]):
+        for item in sorted(items, key=lambda i: _RANK[i.request.priority]):
             groups[(item.route.model_name, item.route.model_version)].append(item)
         for (name, version), group in groups.items():
             outputs += await self._infer(name, version, group, pulled)
         return outputs
 
+    def _drop_expired(self, group: list[WorkItem], pulled: float
+                      ) -> tuple[list[WorkItem], list[Output]]:
+        """Split off requests whose deadline has passed: no inference runs for them."""
+        now = now_ms()
+        live = [i for i in group if i.deadline_ms > now]
+        expired = DeadlineExceeded("the deadline passed before inference started")
+        outputs = [o for i in group if i.deadline_ms <= now
+                   for o in self._terminal(i, Stamps(pulled), error=expired)]
+        return live, outputs
+
     async def _infer(self, name: str, version: str, group: list[WorkItem], pulled: float
                      ) -> list[Output]:
-        stamps = Stamps(pulled, batch_size=sum(i.request.inputs[0].shape[0] for i in group))
         try:
             session = await self._session(name, version)
+        except KipError as err:
+            return [o for i in group for o in self._terminal(i, Stamps(pulled), error=err)]
+        group, outputs = self._drop_expired(group, pulled)
+        if not group:
+            return outputs
+        return outputs + await self._run(session, group, pulled)
+
+    async def _run(self, session: ModelSession, group: list[WorkItem], pulled: float
+                   ) -> list[Output]:
+        name = session.manifest.name
+        stamps = Stamps(pulled, batch_size=sum(i.request.inputs[0].shape[0] for i in group))
+        try:
             stamps.started_ms = time.time() * 1000
             per_request = await asyncio.get_running_loop().run_in_executor(
                 self.executor, session.run, [i.request.inputs for i in group])
@@ -144,7 +190,7 @@ class Worker:
         except KipError as err:
             return [o for i in group for o in self._terminal(i, stamps, error=err)]
         except Exception as exc:  # a defect: still one terminal result per request
-            log.exception("inference on %s@%s failed", name, version)
+            log.exception("inference on %s failed", name)
             err = Internal(f"{type(exc).__name__}: {exc}")
             return [o for i in group for o in self._terminal(i, stamps, error=err)]
         metrics.BATCH_SIZE.labels(name).observe(stamps.batch_size)

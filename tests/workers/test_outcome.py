@@ -11,7 +11,8 @@ def _item() -> WorkItem:
                                issued_at_ms=NOW_MS)
     route = Route(alias="digits", model_name="digits", model_version="v1",
                   artifact_sha256="a" * 64)
-    return WorkItem(request=request, route=route, routed_at_ms=NOW_MS + 5)
+    return WorkItem(request=request, route=route, routed_at_ms=NOW_MS + 5,
+                    deadline_ms=NOW_MS + 1000)
 
 
 def test_ok_result_has_timings_and_the_model_identity():
