@@ -55,6 +55,21 @@ def _parser() -> argparse.ArgumentParser:
     schemas.add_argument("--out", type=Path, default=Path("docs/schemas"))
     schemas.set_defaults(func=_schemas)
 
+    tenants = sub.add_parser("tenants", help="tenant quotas (on the control topic)")
+    tenants.add_argument("action", choices=["set", "show", "clear"])
+    tenants.add_argument("tenant", nargs="?")
+    tenants.add_argument("--model", help="limit this tenant on this model only")
+    tenants.add_argument("--requests-per-s", type=float)
+    tenants.add_argument("--burst-requests", type=float)
+    tenants.add_argument("--bytes-per-s", type=float)
+    tenants.add_argument("--burst-bytes", type=float)
+    tenants.set_defaults(func=_tenants)
+
+    fallback = sub.add_parser("fallback", help="the model to degrade to when one is overloaded")
+    fallback.add_argument("model")
+    fallback.add_argument("target", nargs="?", help="alias to fall back to; omit to remove")
+    fallback.set_defaults(func=_fallback)
+
     sub.add_parser("pipeline", help="run the admission/routing stream processor") \
         .set_defaults(func=_pipeline)
     worker = sub.add_parser("worker", help="run an inference worker for one model")
@@ -109,6 +124,39 @@ def _models(args) -> int:
     else:
         for alias, target in sorted(registry.aliases().items()):
             print(f"{alias:12} -> {target}")
+    return 0
+
+
+def _tenants(args) -> int:
+    from kip.settings import KipSettings
+    from kip.tenants import clear_quota, set_quota, show_quotas
+
+    settings = KipSettings()
+    if args.action == "show":
+        print(asyncio.run(show_quotas(settings, args.tenant)))
+        return 0
+    if not args.tenant:
+        raise ValueError(f"kip tenants {args.action} needs a tenant name")
+    if args.action == "clear":
+        asyncio.run(clear_quota(settings, args.tenant))
+        print(f"quota of {args.tenant} removed: unlimited")
+        return 0
+    limit = {k: getattr(args, k) for k in ("requests_per_s", "burst_requests", "bytes_per_s",
+                                             "burst_bytes")}
+    quota = asyncio.run(set_quota(settings, args.tenant, args.model, limit))
+    print(quota.model_dump_json(exclude_none=True, indent=2))
+    return 0
+
+
+def _fallback(args) -> int:
+    from kip.settings import KipSettings
+    from pipeline.control import fallback_record, publish_control
+
+    settings = KipSettings()
+    key, value = fallback_record(args.model, args.target)
+    asyncio.run(publish_control(settings.bootstrap, settings.names.control, key, value))
+    print(f"{args.model} falls back to {args.target}" if args.target
+          else f"{args.model} has no fallback")
     return 0
 
 

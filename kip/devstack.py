@@ -95,14 +95,25 @@ class DevStack:
         commands = [["pipeline"]] + [["worker", "--model", m] for m in REFERENCE_MODELS]
         for i, args in enumerate(commands):
             port = self.metrics_base_port + i if self.metrics_base_port else 0
-            env = self.env() | self.worker_env | {"KIP_METRICS_PORT": str(port)}
-            logfile = self.home / f"{args[0]}-{args[-1]}.log"
-            with open(logfile, "ab") as out:
-                proc = subprocess.Popen([sys.executable, "-m", "kip.cli", *args], env=env,
-                                        stdout=out, stderr=subprocess.STDOUT)
-            self.procs.append(proc)
-            log(f"started kip {' '.join(args)} (pid {proc.pid}, metrics on :{port}, "
-                f"log {logfile})")
+            self.procs.append(self.spawn(args, port, log))
+
+    def spawn(self, args: list[str], metrics_port: int = 0, log=print) -> subprocess.Popen:
+        """Start one ``kip`` subcommand as a child process logging to ``home``."""
+        env = self.env() | self.worker_env | {"KIP_METRICS_PORT": str(metrics_port)}
+        logfile = self.home / f"{args[0]}-{args[-1]}.log"
+        with open(logfile, "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "kip.cli", *args], env=env,
+                                    stdout=out, stderr=subprocess.STDOUT)
+        log(f"started kip {' '.join(args)} (pid {proc.pid}, metrics on :{metrics_port}, "
+            f"log {logfile})")
+        return proc
+
+    def restart(self, index: int, timeout_s: float = 20.0) -> None:
+        """Stop service ``index`` (0: the pipeline) with SIGTERM and start it again."""
+        old = self.procs[index]
+        _terminate([old], timeout_s)
+        port = self.metrics_base_port + index if self.metrics_base_port else 0
+        self.procs[index] = self.spawn(old.args[3:], port, log=lambda *_: None)
 
     def check_services(self) -> None:
         for proc in self.procs:
@@ -111,14 +122,19 @@ class DevStack:
                                    f"see the logs in {self.home}")
 
     def stop_services(self, timeout_s: float = 20.0) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for proc in self.procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        _terminate(list(reversed(self.procs)), timeout_s)
         self.procs.clear()
+
+
+def _terminate(procs: list[subprocess.Popen], timeout_s: float) -> None:
+    """SIGTERM, then SIGKILL whatever has not exited within ``timeout_s``."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -24,7 +24,7 @@ from pipeline.control import ControlState, apply_telemetry
 from pipeline.decide import Context, Decision, Forward, Origin, decide, undecodable
 from pipeline.follower import TopicFollower
 from pipeline.quota import Ledger, dump_levels, load_levels
-from pipeline.reply_topics import ReplyTopics
+from pipeline.known_topics import KnownTopics
 from pipeline.routing import Router
 from pipeline.settings import PipelineSettings
 from schemas.codec import encode, headers, now_ms
@@ -57,10 +57,10 @@ class PipelineState:
     async def ready(self) -> None:
         await asyncio.gather(*(f.caught_up.wait() for f in self.followers))
 
-    def context(self, reply_topics: frozenset[str]) -> Context:
+    def context(self, topics: frozenset[str]) -> Context:
         s = self.settings
         return Context(self.access, self.router, s.names, now_ms(), s.replay_window_ms,
-                       reply_topics, s.admission, self.ledger, self.capacity,
+                       topics, s.admission, self.ledger, self.capacity,
                        self.control.fallbacks)
 
     def load_tenants(self, events) -> None:
@@ -106,12 +106,12 @@ def _admit_agent(app: faust.App, state: PipelineState):
     settings = state.settings
 
     async def admit(stream):
-        reply_topics = ReplyTopics(settings.bootstrap, settings.names)
+        known_topics = KnownTopics(settings.bootstrap)
         await state.ready()
         try:
             async for events in stream.take_events(settings.take_max,
                                                    within=settings.take_within_s):
-                ctx = state.context(await reply_topics.current())
+                ctx = state.context(await known_topics.current())
                 state.load_tenants(events)
                 decisions = [decide_safely(e.message.value, _origin(e.message), ctx)
                              for e in events]
@@ -123,7 +123,7 @@ def _admit_agent(app: faust.App, state: PipelineState):
             await app.crash(exc)
             raise
         finally:
-            await reply_topics.close()
+            await known_topics.close()
     return admit
 
 

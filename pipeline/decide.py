@@ -22,8 +22,8 @@ from pipeline.quota import Ledger
 from pipeline.routing import Router
 from schemas.codec import MODEL_HEADER, REQUEST_ID_HEADER, decode
 from schemas.deadletter import dead_letter, fallback_request_id, hints, valid_id
-from schemas.errors import (DeadlineExceeded, InvalidRequest, KipError, Overloaded,
-                            PayloadTooLarge)
+from schemas.errors import (DeadlineExceeded, InvalidRequest, KipError, ModelNotFound,
+                            Overloaded, PayloadTooLarge)
 from schemas.messages import (AuditRecord, DeadLetterRecord, ErrorInfo, InferenceRequest,
                               InferenceResult, Priority, Route, Status, Timings, WorkItem)
 from topics.names import TopicNames
@@ -56,7 +56,7 @@ class Context:
     names: TopicNames
     now_ms: int
     replay_window_ms: int = DEFAULT_REPLAY_WINDOW_MS
-    reply_topics: frozenset[str] = frozenset()   # existing <prefix>.results.<suffix> topics
+    topics: frozenset[str] | None = None   # topics that exist; None: not checked
     policy: AdmissionPolicy = field(default_factory=AdmissionPolicy)
     ledger: Ledger = field(default_factory=Ledger)
     capacity: CapacityView = field(default_factory=CapacityView)
@@ -112,6 +112,7 @@ def admit(request: InferenceRequest, origin: Origin, ctx: Context, size: int
     route, manifest = ctx.router.route(request.model)
     manifest.check_inputs(request.inputs)
     check_request_limits(request, manifest, size, ctx.policy)
+    check_served(route.model_name, request.priority, ctx)
     route = within_capacity(request, route, deadline_ms, ctx)
     ctx.ledger.take(request.tenant, route.model_name, size, ctx.now_ms)
     return route, deadline_ms
@@ -124,16 +125,28 @@ def within_capacity(request: InferenceRequest, route: Route, deadline_ms: int,
     try:
         check_wait(estimate, request.priority, deadline_ms, ctx.now_ms, ctx.policy)
         return route
-    except Overloaded:
+    except Overloaded as overloaded:
         alternative = ctx.fallbacks.get(route.model_name)
         if alternative is None:
             raise
-        fallback, manifest = ctx.router.route(alternative)
-        manifest.check_inputs(request.inputs)
+        try:
+            fallback, manifest = ctx.router.route(alternative)
+            manifest.check_inputs(request.inputs)
+            check_served(fallback.model_name, request.priority, ctx)
+        except KipError:
+            raise overloaded from None   # an unusable fallback changes nothing for the caller
         estimate = ctx.capacity.estimate_wait_ms(fallback.model_name, request.priority,
                                                  ctx.now_ms)
         check_wait(estimate, request.priority, deadline_ms, ctx.now_ms, ctx.policy)
         return fallback.model_copy(update={"fallback_from": route.model_name})
+
+
+def check_served(model: str, priority: Priority, ctx: Context) -> None:
+    """A model without its work topic cannot be served (and must not stall the pipeline)."""
+    topic = ctx.names.work(model, priority)
+    if ctx.topics is not None and topic not in ctx.topics:
+        raise ModelNotFound(f"model {model} has no work topic {topic}: "
+                            f"run `kip topics apply --models {model}` and start a worker")
 
 
 def _class_of(topic: str, ctx: Context) -> Priority:
@@ -162,7 +175,7 @@ def check_reply_to(reply_to: str | None, ctx: Context) -> None:
         return
     if not reply_to.startswith(results + "."):
         raise InvalidRequest(f"reply_to must be {results} or {results}.<suffix>")
-    if reply_to not in ctx.reply_topics:
+    if ctx.topics is not None and reply_to not in ctx.topics:
         raise InvalidRequest(f"reply_to topic {reply_to} does not exist; create it before "
                              "sending requests that name it")
 

@@ -9,6 +9,7 @@ from kip.registry import Registry
 from pipeline.access import AccessConfig, ApiKey, TenantPolicy
 from pipeline.decide import Context
 from pipeline.routing import Router
+from topics.catalogue import catalogue
 from topics.names import TopicNames
 
 NOW_MS = 1_800_000_000_000
@@ -41,7 +42,9 @@ def small_registry(tmp_path) -> Registry:
 
 @pytest.fixture
 def ctx(access, small_registry) -> Context:
-    return Context(access, Router(small_registry), TopicNames("kip"), NOW_MS)
+    names = TopicNames("kip")
+    topics = {s.name for s in catalogue(names, ["digits", "digits-small", "tiny"])}
+    return Context(access, Router(small_registry), names, NOW_MS, topics=frozenset(topics))
 
 
 def signer(tenant: str = "acme", key_id: str = "acme-k1", secret: str = "acme-secret",

@@ -75,7 +75,7 @@ def test_a_past_deadline_expires_at_admission(ctx):
 
 def test_replies_go_to_the_requested_results_topic_when_it_exists(ctx):
     request = signer(reply_to="kip.results.mine").request("nope", PIXELS, issued_at_ms=NOW_MS)
-    with_topic = replace(ctx, reply_topics=frozenset({"kip.results.mine"}))
+    with_topic = replace(ctx, topics=ctx.topics | {"kip.results.mine"})
     assert decide(_payload(request), _origin(), with_topic).reply_to == "kip.results.mine"
     d = _rejected(decide(_payload(request), _origin(), ctx), "INVALID_REQUEST")
     assert d.reply_to == "kip.results" and "does not exist" in d.result.error.message
@@ -95,7 +95,7 @@ def test_undecodable_bytes_become_a_result_audit_and_dead_letter(ctx):
 def test_an_invalid_request_keeps_its_id_for_correlation(ctx):
     payload = orjson.dumps({"request_id": "r-77", "tenant": "acme", "inputs": "oops",
                             "reply_to": "kip.results.mine"})
-    ctx = replace(ctx, reply_topics=frozenset({"kip.results.mine"}))
+    ctx = replace(ctx, topics=ctx.topics | {"kip.results.mine"})
     d = _rejected(decide(payload, _origin(), ctx), "INVALID_REQUEST")
     assert d.result.request_id == "r-77" and d.deadletter.request_id == "r-77"
     assert d.reply_to == "kip.results.mine" and d.audit.tenant == "acme"
@@ -163,3 +163,17 @@ def test_an_overloaded_model_degrades_to_its_fallback(ctx, small_registry, tmp_p
     assert isinstance(d, Forward) and d.topic == "kip.work.digits-small.interactive"
     assert d.work.route.fallback_from == "digits" and d.audit.decision == "degraded"
     assert d.audit.fallback_from == "digits"
+
+
+def test_a_model_without_work_topics_is_not_found_instead_of_stalling(ctx):
+    request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
+    d = _rejected(decide(_payload(request), _origin(), replace(ctx, topics=frozenset())),
+                  "MODEL_NOT_FOUND")
+    assert "kip topics apply --models digits" in d.result.error.message
+
+
+def test_an_unusable_fallback_leaves_the_request_overloaded(ctx):
+    ctx = replace(ctx, fallbacks={"digits": "no-such-model"})
+    ctx.capacity.update("w", _telemetry("digits", 100, 300))
+    request = signer().request("digits", PIXELS, priority="interactive", issued_at_ms=NOW_MS)
+    _rejected(decide(_payload(request), _origin("interactive"), ctx), "OVERLOADED")

@@ -1,7 +1,8 @@
-"""Which reply topics exist, from cluster metadata, refreshed at most every ``max_age_s``.
+"""Which topics exist, from cluster metadata, refreshed at most every ``max_age_s``.
 
 The pipeline must not produce to a topic that does not exist: with topic auto-creation
 off, the send would wait for metadata, time out, and replay the same message forever.
+Reply topics and work topics are checked against this view before a request is routed.
 """
 
 from __future__ import annotations
@@ -10,13 +11,10 @@ import time
 
 from aiokafka.admin import AIOKafkaAdminClient
 
-from topics.names import TopicNames
 
-
-class ReplyTopics:
-    def __init__(self, bootstrap: str, names: TopicNames, max_age_s: float = 2.0) -> None:
+class KnownTopics:
+    def __init__(self, bootstrap: str, max_age_s: float = 2.0) -> None:
         self.bootstrap = bootstrap
-        self.prefix = names.results + "."
         self.max_age_s = max_age_s
         self._known: frozenset[str] = frozenset()
         self._read_at = float("-inf")
@@ -26,10 +24,9 @@ class ReplyTopics:
         if time.monotonic() - self._read_at > self.max_age_s:
             if self._admin is None:
                 self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap,
-                                                  client_id="kip-pipeline-reply-topics")
+                                                  client_id="kip-pipeline-topics")
                 await self._admin.start()
-            topics = await self._admin.list_topics()
-            self._known = frozenset(t for t in topics if t.startswith(self.prefix))
+            self._known = frozenset(await self._admin.list_topics())
             self._read_at = time.monotonic()
         return self._known
 

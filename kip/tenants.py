@@ -1,0 +1,53 @@
+"""``kip tenants set|show|clear``: tenant quotas as records on the control topic."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kip.settings import KipSettings
+from pipeline.control import ControlState, publish_control, quota_record
+from pipeline.follower import TopicFollower
+from pipeline.quota import Limit, TenantQuota
+
+
+async def current_state(settings: KipSettings, timeout_s: float = 15.0) -> ControlState:
+    """The control topic as the pipeline sees it, read to its current end."""
+    state = ControlState()
+    follower = TopicFollower(settings.bootstrap, settings.names.control, state.apply)
+    task = asyncio.create_task(follower.run())
+    try:
+        await asyncio.wait_for(follower.caught_up.wait(), timeout_s)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    return state
+
+
+async def set_quota(settings: KipSettings, tenant: str, model: str | None,
+                    limit: dict) -> TenantQuota:
+    """Merge ``limit`` into the tenant's quota (tenant-wide, or for one model)."""
+    state = await current_state(settings)
+    quota = state.quotas.get(tenant) or TenantQuota(tenant=tenant)
+    given = {k: v for k, v in limit.items() if v is not None}
+    if model:
+        old = quota.models.get(model) or Limit()
+        models = quota.models | {model: old.model_copy(update=given)}
+        quota = quota.model_copy(update={"models": models})
+    else:
+        quota = quota.model_copy(update=given)
+    quota = TenantQuota.model_validate(quota.model_dump())   # re-check the merged result
+    key, value = quota_record(quota)
+    await publish_control(settings.bootstrap, settings.names.control, key, value)
+    return quota
+
+
+async def clear_quota(settings: KipSettings, tenant: str) -> None:
+    await publish_control(settings.bootstrap, settings.names.control, f"quota:{tenant}", None)
+
+
+async def show_quotas(settings: KipSettings, tenant: str | None) -> str:
+    state = await current_state(settings)
+    quotas = [q for t, q in sorted(state.quotas.items()) if tenant in (None, t)]
+    if not quotas:
+        return f"no quota for {tenant}: unlimited" if tenant else "no quotas set"
+    return "\n".join(q.model_dump_json(exclude_none=True, indent=2) for q in quotas)
