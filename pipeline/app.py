@@ -48,7 +48,7 @@ class PipelineState:
         self.capacity = CapacityView()
         self.ledger = Ledger(self.control.quotas)
         self.levels = app.Table("quota-levels", partitions=settings.request_partitions,
-                                key_type=str, value_type=dict)
+                                key_type=str)   # values: JSON (the app default)
         self.followers = [
             TopicFollower(settings.bootstrap, settings.names.control, self.control.apply),
             TopicFollower(settings.bootstrap, settings.names.telemetry,

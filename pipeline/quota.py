@@ -58,8 +58,8 @@ TenantBuckets = dict[str, dict[str, Bucket]]
 class Ledger:
     def __init__(self, quotas: dict[str, TenantQuota] | None = None,
                  levels: dict[str, TenantBuckets] | None = None) -> None:
-        self.quotas = quotas or {}
-        self.levels = levels or {}
+        self.quotas = quotas if quotas is not None else {}   # shared with the control view
+        self.levels = levels if levels is not None else {}
         self.dirty: set[str] = set()
 
     def take(self, tenant: str, model: str, payload_bytes: int, now_ms: int) -> None:

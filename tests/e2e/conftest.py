@@ -16,7 +16,10 @@ from kip.devstack import DevStack
 from pipeline.access import AccessConfig, ApiKey, TenantPolicy
 from schemas import AuditRecord, DeadLetterRecord, InferenceResult, decode
 
-SECRETS = {"acme-k1": "acme-secret", "lim-k1": "lim-secret"}
+SECRETS = {"acme-k1": "acme-secret", "lim-k1": "lim-secret", "greedy-k1": "greedy-secret",
+           "modest-k1": "modest-secret", "restart-k1": "restart-secret"}
+TENANT_OF = {"acme-k1": "acme", "lim-k1": "limited", "greedy-k1": "greedy",
+             "modest-k1": "modest", "restart-k1": "restart"}
 WARMUP_TIMEOUT_S = 120
 
 
@@ -27,10 +30,9 @@ def stack(broker, registry, tmp_path_factory):
                  metrics_base_port=free_port())
     s.home.mkdir(parents=True, exist_ok=True)
     s.access_file.write_text(AccessConfig(
-        keys={"acme-k1": ApiKey(tenant="acme", secret=SECRETS["acme-k1"]),
-              "lim-k1": ApiKey(tenant="limited", secret=SECRETS["lim-k1"])},
-        tenants={"acme": TenantPolicy(models=["*"]),
-                 "limited": TenantPolicy(models=["digits"])}).to_json())
+        keys={k: ApiKey(tenant=TENANT_OF[k], secret=SECRETS[k]) for k in SECRETS},
+        tenants={t: TenantPolicy(models=["digits"] if t == "limited" else ["*"])
+                 for t in TENANT_OF.values()}).to_json())
     s.prepare(log=lambda *_: None)
     s.start_services(log=lambda *_: None)
     try:
@@ -60,10 +62,11 @@ async def _first_result(s: DevStack, kip: KipClient, model: str, inputs: dict) -
     raise TimeoutError(f"{model} gave no result within {WARMUP_TIMEOUT_S}s")
 
 
-def client_for(s: DevStack, tenant: str = "acme", key_id: str = "acme-k1",
+def client_for(s: DevStack, tenant: str | None = None, key_id: str = "acme-k1",
                secret: str | None = None) -> KipClient:
-    return KipClient(s.bootstrap, tenant=tenant, key_id=key_id,
-                     secret=secret or SECRETS.get(key_id, "x"), topic_prefix=s.prefix)
+    return KipClient(s.bootstrap, tenant=tenant or TENANT_OF.get(key_id, "acme"),
+                     key_id=key_id, secret=secret or SECRETS.get(key_id, "x"),
+                     topic_prefix=s.prefix)
 
 
 async def read_topic(bootstrap: str, topic: str) -> list:

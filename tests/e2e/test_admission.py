@@ -1,0 +1,143 @@
+"""Admission on the real pipeline: quotas, payload limits, deadlines, overload."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+
+import numpy as np
+import pytest
+
+from kip.settings import KipSettings
+from kip.tenants import set_quota
+from schemas import Status, WorkItem, encode
+from schemas.codec import headers, now_ms
+from schemas.messages import Route, WorkerTelemetry
+from tests.e2e.conftest import client_for
+
+pytestmark = pytest.mark.broker
+PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
+
+
+def _settings(stack) -> KipSettings:
+    return KipSettings(bootstrap=stack.bootstrap, topic_prefix=stack.prefix)
+
+
+async def _burst(stack, key_id: str, n: int, model: str = "digits", **kw) -> list:
+    async with client_for(stack, key_id=key_id) as kip:
+        futures = [await kip.submit(kip.request(model, PIXELS, **kw)) for _ in range(n)]
+        return await asyncio.wait_for(asyncio.gather(*futures), 60)
+
+
+def _codes(results) -> list[str]:
+    return [r.error.code if r.error else r.status.value for r in results]
+
+
+def test_a_tenant_over_quota_is_limited_while_another_is_not(stack):
+    asyncio.run(set_quota(_settings(stack), "greedy", None,
+                          {"requests_per_s": 0.5, "burst_requests": 5}))
+    asyncio.run(asyncio.sleep(1))   # the pipeline follows the control topic
+
+    async def both():
+        return await asyncio.gather(_burst(stack, "greedy-k1", 20),
+                                    _burst(stack, "modest-k1", 20))
+    greedy, modest = asyncio.run(both())
+    assert _codes(greedy).count("ok") == 5
+    refused = [r for r in greedy if r.status == Status.REJECTED]
+    assert len(refused) == 15 and {r.error.code for r in refused} == {"QUOTA_EXCEEDED"}
+    assert all(r.error.retry_after_ms > 0 for r in refused)
+    assert _codes(modest) == ["ok"] * 20
+
+
+def test_quota_state_survives_a_pipeline_restart(stack):
+    asyncio.run(set_quota(_settings(stack), "restart", None,
+                          {"requests_per_s": 0.01, "burst_requests": 3}))
+    asyncio.run(asyncio.sleep(1))
+    before = _codes(asyncio.run(_burst(stack, "restart-k1", 4)))
+    assert sorted(before) == ["QUOTA_EXCEEDED", "ok", "ok", "ok"]
+    asyncio.run(asyncio.sleep(1))   # the table's changelog write is sent in the background
+    stack.restart(0)
+    after = asyncio.run(_burst(stack, "restart-k1", 1))
+    assert _codes(after) == ["QUOTA_EXCEEDED"]
+    assert _codes(asyncio.run(_burst(stack, "modest-k1", 1))) == ["ok"]
+
+
+def _rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        line = next(x for x in f if x.startswith("VmRSS:"))
+    return int(line.split()[1]) * 1024
+
+
+def test_oversized_payloads_are_rejected_unparsed_and_memory_stays_flat(stack):
+    pipeline_pid = stack.procs[0].pid
+    payload = b"\xff" * (1024 * 1024 + 1024)     # not JSON: a parse would fail differently
+
+    async def flood(n: int) -> list:
+        async with client_for(stack) as kip:
+            topic = kip.names.requests("interactive")
+            futures = []
+            for i in range(n):
+                rid = f"big-{n}-{i}"
+                futures.append(kip.expect(rid))
+                await kip._producer.send(topic, payload, key=b"acme",
+                                         headers=[("kip-request-id", rid.encode())])
+            return await asyncio.wait_for(asyncio.gather(*futures), 300)
+    asyncio.run(flood(100))      # warm up buffers before measuring
+    rss_before = _rss_bytes(pipeline_pid)
+    results = asyncio.run(flood(1000))
+    rss_after = _rss_bytes(pipeline_pid)
+    assert _codes(results) == ["PAYLOAD_TOO_LARGE"] * 1000
+    print(f"pipeline RSS before {rss_before / 2**20:.1f} MiB, after 1000 oversized "
+          f"messages {rss_after / 2**20:.1f} MiB")
+    assert rss_after - rss_before < 64 * 1024 * 1024, (rss_before, rss_after)
+
+
+def _digits_rows_inferred(stack) -> float:
+    url = f"http://127.0.0.1:{stack.metrics_base_port + 2}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith('kip_batch_rows_sum{model="digits"}'):
+                return float(line.split()[-1])
+    return 0.0
+
+
+def test_a_request_that_expired_in_the_queue_is_not_inferred(stack):
+    async def go():
+        async with client_for(stack) as kip:
+            request = kip.request("digits", PIXELS)
+            version = stack.registry.aliases()["digits"].split("@")[1]
+            manifest = stack.registry.get("digits", version).manifest
+            item = WorkItem(request=request, routed_at_ms=now_ms() - 5000,
+                            deadline_ms=now_ms() - 1000,
+                            route=Route(alias="digits", model_name="digits",
+                                        model_version=version,
+                                        artifact_sha256=manifest.artifact_sha256))
+            fut = kip.expect(request.request_id)
+            await kip.publish_raw(kip.names.work("digits", "standard"), encode(item),
+                                  key=request.request_id.encode(), headers=headers(item))
+            return await asyncio.wait_for(fut, 30)
+    before = _digits_rows_inferred(stack)
+    result = asyncio.run(go())
+    assert result.status == Status.EXPIRED and result.error.code == "DEADLINE_EXCEEDED"
+    assert result.timings.inference_ms is None
+    assert _digits_rows_inferred(stack) == before
+
+
+def test_an_overloaded_model_rejects_interactive_requests_with_retry_after(stack):
+    fake = WorkerTelemetry(worker_id="fake-busy-worker", model="digits", versions=["x"],
+                           provider="test", requests_per_s=1.0,
+                           backlog={"interactive": 100_000}, memory_rss_bytes=0,
+                           at_ms=now_ms())
+
+    async def publish(value: bytes | None) -> None:
+        async with client_for(stack) as kip:
+            await kip.publish_raw(kip.names.telemetry, value, key=b"fake-busy-worker")
+    asyncio.run(publish(encode(fake)))
+    try:
+        asyncio.run(asyncio.sleep(1))
+        [result] = asyncio.run(_burst(stack, "acme-k1", 1, priority="interactive"))
+        assert result.error.code == "OVERLOADED" and result.error.retry_after_ms > 500
+    finally:
+        asyncio.run(publish(None))   # the fake worker leaves
+    asyncio.run(asyncio.sleep(1))
+    assert _codes(asyncio.run(_burst(stack, "acme-k1", 1, priority="interactive"))) == ["ok"]
