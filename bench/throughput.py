@@ -24,25 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kip.broker import LocalBroker, free_port  # noqa: E402
 from kip.client import KipClient  # noqa: E402
 from kip.devstack import DEV_KEY_ID, DevStack, ensure_dev_access  # noqa: E402
+from kip.loadgen import sentences  # noqa: E402
 from schemas.tensors import Tensor  # noqa: E402
 from workers.session import ModelSession  # noqa: E402
 
-SUBJECTS = ["A man", "The woman", "A child", "The old dog", "A young engineer", "Two friends",
-            "The orchestra", "A cyclist", "The committee", "A small bird"]
-VERBS = ["is eating", "is repairing", "watches", "carries", "is painting", "describes",
-         "is walking past", "photographs", "is reading about", "remembers"]
-OBJECTS = ["a piece of bread", "the broken bicycle", "a quiet lake at dawn",
-           "the results of the experiment", "a red umbrella in the rain",
-           "an old map of the city", "the last train home", "a bowl of hot soup",
-           "the noisy crowd outside the stadium", "a letter from a distant friend"]
-
 UNLOADED_REQUESTS = 100
-
-
-def sentences(n: int, seed: int = 1) -> list[str]:
-    rng = np.random.default_rng(seed)
-    return [f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}."
-            for _ in range(n)]
 
 
 def raw_throughput(session: ModelSession, texts: list[str], batch: int = 32) -> float:
@@ -66,7 +52,7 @@ async def pipeline_run(stack: DevStack, texts: list[str]) -> dict:
         start = time.perf_counter()
         futures = []
         for text in texts:
-            request = kip.request("minilm", {"text": [text]}, priority="standard")
+            request = kip.request("minilm", {"text": [text]}, priority="batch")
             sent_at[request.request_id] = time.perf_counter()
             futures.append(await kip.submit(request))
         results = await asyncio.wait_for(asyncio.gather(*futures), 300)

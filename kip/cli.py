@@ -70,6 +70,13 @@ def _parser() -> argparse.ArgumentParser:
     fallback.add_argument("target", nargs="?", help="alias to fall back to; omit to remove")
     fallback.set_defaults(func=_fallback)
 
+    bench = sub.add_parser("bench", help="benchmarks that start a kip of their own")
+    bench_sub = bench.add_subparsers(required=True, metavar="BENCH")
+    load = bench_sub.add_parser("load", help="open-loop load per class; overload; sweep")
+    from kip.benchload import add_arguments
+    add_arguments(load)
+    load.set_defaults(func=_bench_load)
+
     sub.add_parser("pipeline", help="run the admission/routing stream processor") \
         .set_defaults(func=_pipeline)
     worker = sub.add_parser("worker", help="run an inference worker for one model")
@@ -158,6 +165,11 @@ def _fallback(args) -> int:
     print(f"{args.model} falls back to {args.target}" if args.target
           else f"{args.model} has no fallback")
     return 0
+
+
+def _bench_load(args) -> int:
+    from kip.benchload import run
+    return run(args)
 
 
 def _schemas(args) -> int:

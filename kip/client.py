@@ -37,6 +37,7 @@ class KipClient:
         self.names = TopicNames(topic_prefix)
         self.reply_to = reply_to
         self._pending: dict[str, asyncio.Future[InferenceResult]] = {}
+        self.unmatched = 0
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._reader: asyncio.Task | None = None
@@ -152,6 +153,8 @@ class KipClient:
         fut = self._pending.pop(result.request_id, None)
         if fut is not None and not fut.done():
             fut.set_result(result)
+        else:
+            self.unmatched += 1   # another client's, a duplicate, or too late
 
 
 def _fail_if_undelivered(delivery: asyncio.Future, result: asyncio.Future) -> None:

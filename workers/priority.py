@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 
 from schemas.messages import Priority
 from topics.names import PRIORITIES
@@ -32,7 +32,7 @@ class Prioritizer:
     """Keeps a fresh view of backlog per class and pauses/resumes partitions to match."""
 
     def __init__(self, consumer: AIOKafkaConsumer, topic_class: dict[str, Priority],
-                 max_wait_ms: float, refresh_ms: float = 100.0) -> None:
+                 max_wait_ms: float, refresh_ms: float = 20.0) -> None:
         self.consumer = consumer
         self.topic_class = topic_class
         self.max_wait_ms = max_wait_ms
@@ -70,14 +70,18 @@ class Prioritizer:
 
 async def backlog_by_class(consumer: AIOKafkaConsumer, topic_class: dict[str, Priority]
                            ) -> dict[Priority, int]:
-    """Records not yet consumed in this member's partitions, per class."""
-    assigned: list[TopicPartition] = list(consumer.assignment())
-    if not assigned:
-        return {}
-    ends = await consumer.end_offsets(assigned)
+    """Records not yet consumed in this member's partitions, per class.
+
+    Uses the last stable offset that fetch responses carry, never a request of its own:
+    an offsets request shares the connection with the fetch long-poll and would wait
+    behind it (up to fetch_max_wait_ms) on every call. A paused partition keeps the
+    value it had when it was paused, which still shows that it has backlog.
+    """
     out: dict[Priority, int] = {}
-    for tp in assigned:
-        position = await consumer.position(tp)
+    for tp in consumer.assignment():
+        end = consumer.last_stable_offset(tp)
+        if end is None:
+            continue
         priority = topic_class[tp.topic]
-        out[priority] = out.get(priority, 0) + max(0, ends[tp] - position)
+        out[priority] = out.get(priority, 0) + max(0, end - await consumer.position(tp))
     return out

@@ -1,0 +1,156 @@
+"""``kip bench load``: open-loop load against a kip of its own, per-class figures.
+
+Three modes, each on a fresh broker, pipeline and workers on this machine:
+
+- default (the overload scenario): measure capacity with a closed loop, measure
+  interactive latency alone, then offer interactive plus batch at ``--overload`` times
+  capacity for ``--duration`` seconds and check the targets of issue 3;
+- ``--rate interactive=20 --rate batch=400``: offer exactly these rates;
+- ``--sweep``: raise the batch rate step by step and report the knee, the offered rate at
+  which controlled rejection begins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import numpy as np
+
+from kip.broker import LocalBroker, free_port
+from kip.client import KipClient
+from kip.devstack import DEV_KEY_ID, DevStack, ensure_dev_access
+from kip.loadgen import LoadReport, closed_loop_capacity, run_load
+from schemas.messages import Priority, Status
+
+DEADLINES_MS = {Priority.INTERACTIVE: 1_000, Priority.STANDARD: 5_000, Priority.BATCH: 10_000}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="minilm")
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of offered load")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--rate", action="append", default=[], metavar="CLASS=RPS")
+    p.add_argument("--interactive-rate", type=float, default=10.0)
+    p.add_argument("--overload", type=float, default=3.0, help="batch rate / capacity")
+    p.add_argument("--sweep", action="store_true")
+    p.add_argument("--registry", type=Path, default=Path(".kip/registry"))
+
+
+def run(args) -> int:
+    return asyncio.run(_main(args))
+
+
+async def _main(args) -> int:
+    async with _stack(args.registry) as client:
+        if args.rate:
+            rates = {Priority(k): float(v) for k, v in (r.split("=") for r in args.rate)}
+            print_report(await _offer(client, args, rates, args.duration), "offered load")
+            return 0
+        if args.sweep:
+            return await _sweep(client, args)
+        return await _overload_scenario(client, args)
+
+
+@asynccontextmanager
+async def _stack(registry: Path):
+    with tempfile.TemporaryDirectory(prefix="kip-load-") as tmp:
+        broker = LocalBroker(Path(tmp) / "kafka", port=free_port(), controller_port=free_port())
+        broker.start()
+        stack = DevStack(home=Path(tmp), bootstrap_servers=broker.bootstrap, prefix="load",
+                         registry_dir=registry, metrics_base_port=0,
+                         worker_env={"KIP_MAX_BATCH": "32", "KIP_MAX_DELAY_MS": "5"})
+        try:
+            await asyncio.to_thread(stack.prepare)
+            stack.start_services()
+            key = ensure_dev_access(stack.access_file).keys[DEV_KEY_ID]
+            async with KipClient(stack.bootstrap, tenant=key.tenant, key_id=DEV_KEY_ID,
+                                 secret=key.secret.get_secret_value(),
+                                 topic_prefix=stack.prefix) as client:
+                await client.infer("minilm", {"text": ["warm-up"]}, timeout_s=120)
+                await asyncio.sleep(2)   # a first telemetry report reaches the pipeline
+                yield client
+        finally:
+            stack.stop_services()
+            broker.stop()
+
+
+async def _offer(client: KipClient, args, rates: dict, duration: float) -> LoadReport:
+    described = ", ".join(f"{p.value} {r:.0f}/s" for p, r in rates.items())
+    print(f"offering {described} for {duration:.0f}s ...", flush=True)
+    before = client.unmatched
+    report = await run_load(client, args.model, rates, duration, DEADLINES_MS, args.seed)
+    report.duplicates = client.unmatched - before
+    return report
+
+
+async def _overload_scenario(client: KipClient, args) -> int:
+    print("measuring capacity: batch class, closed loop, 128 in flight, 20s ...", flush=True)
+    capacity = await closed_loop_capacity(client, args.model, Priority.BATCH, 128, 20)
+    print(f"  capacity {capacity:.1f} requests/s")
+    alone = await _offer(client, args, {Priority.INTERACTIVE: args.interactive_rate}, 20)
+    print_report(alone, "interactive alone")
+    rates = {Priority.INTERACTIVE: args.interactive_rate,
+             Priority.BATCH: args.overload * capacity}
+    mixed = await _offer(client, args, rates, args.duration)
+    print_report(mixed, f"interactive + batch at {args.overload:.1f}x capacity")
+    return _verdict(capacity, alone, mixed)
+
+
+def _verdict(capacity: float, alone: LoadReport, mixed: LoadReport) -> int:
+    offered = sum(s.offered for s in mixed.classes.values())
+    answered = sum(len(s.results) for s in mixed.classes.values())
+    late = sum(s.late_inferences for s in mixed.classes.values())
+    goodput = sum(mixed.goodput(p) for p in mixed.classes)
+    p99_alone = np.nanpercentile(alone.classes[Priority.INTERACTIVE].latencies(), 99)
+    p99_mixed = np.nanpercentile(mixed.classes[Priority.INTERACTIVE].latencies(), 99)
+    checks = [
+        (f"terminal results {answered}/{offered}, duplicates {mixed.duplicates}",
+         answered == offered and mixed.duplicates == 0),
+        (f"inferences started after their deadline: {late}", late == 0),
+        (f"goodput {goodput:.1f}/s = {goodput / capacity:.0%} of capacity {capacity:.1f}/s "
+         "(target >= 90%)", goodput >= 0.9 * capacity),
+        (f"interactive p99 {p99_mixed:.0f} ms vs {p99_alone:.0f} ms alone = "
+         f"{p99_mixed / p99_alone:.2f}x (target <= 2x)", p99_mixed <= 2 * p99_alone),
+    ]
+    print("\nverdict:")
+    for text, ok in checks:
+        print(f"  [{'pass' if ok else 'FAIL'}] {text}")
+    return 0 if all(ok for _, ok in checks) else 1
+
+
+async def _sweep(client: KipClient, args) -> int:
+    capacity = await closed_loop_capacity(client, args.model, Priority.BATCH, 128, 15)
+    print(f"capacity {capacity:.1f} requests/s; sweeping the batch rate", flush=True)
+    knee = None
+    print(f"{'offered/s':>10} {'ok/s':>8} {'rejected':>9} {'expired':>8}")
+    for factor in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0):
+        rate = factor * capacity
+        report = await _offer(client, args, {Priority.BATCH: rate}, args.duration)
+        stats = report.classes[Priority.BATCH]
+        rejected = stats.count(Status.REJECTED) / max(1, stats.offered)
+        print(f"{rate:10.1f} {report.goodput(Priority.BATCH):8.1f} {rejected:9.1%} "
+              f"{stats.count(Status.EXPIRED):8d}", flush=True)
+        if knee is None and rejected > 0.01:
+            knee = rate
+    print(f"knee: controlled rejection begins at ~{knee:.0f} requests/s offered"
+          if knee else "knee: not reached")
+    return 0
+
+
+def print_report(report: LoadReport, title: str) -> None:
+    print(f"\n{title} ({report.duration_s:.0f}s):")
+    print(f"  {'class':12} {'offered':>8} {'ok':>7} {'rejected (by reason)':>34} "
+          f"{'expired':>8} {'failed':>7} {'goodput/s':>10} {'p50':>7} {'p95':>7} {'p99':>7}")
+    for priority, s in report.classes.items():
+        lat = s.latencies()
+        reasons = ", ".join(f"{code} {n}" for code, n in s.codes().most_common()) or "0"
+        print(f"  {priority.value:12} {s.offered:8d} {len(s.ok()):7d} {reasons:>34} "
+              f"{s.count(Status.EXPIRED):8d} {s.count(Status.FAILED):7d} "
+              f"{report.goodput(priority):10.1f} "
+              + " ".join(f"{np.nanpercentile(lat, q):7.0f}" for q in (50, 95, 99)))
+        if s.unanswered:
+            print(f"  {'':12} {s.unanswered} requests got no result")
