@@ -38,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overload", type=float, default=3.0, help="batch rate / capacity")
     p.add_argument("--sweep", action="store_true")
     p.add_argument("--registry", type=Path, default=Path(".kip/registry"))
+    p.add_argument("--worker-threads", type=int, default=1,
+                   help="ONNX Runtime threads in the worker (1 leaves a core to the pipeline "
+                   "and broker when everything shares one small machine)")
 
 
 def run(args) -> int:
@@ -45,7 +48,7 @@ def run(args) -> int:
 
 
 async def _main(args) -> int:
-    async with _stack(args.registry) as client:
+    async with _stack(args.registry, args.worker_threads) as client:
         if args.rate:
             rates = {Priority(k): float(v) for k, v in (r.split("=") for r in args.rate)}
             print_report(await _offer(client, args, rates, args.duration), "offered load")
@@ -56,13 +59,14 @@ async def _main(args) -> int:
 
 
 @asynccontextmanager
-async def _stack(registry: Path):
+async def _stack(registry: Path, threads: int):
     with tempfile.TemporaryDirectory(prefix="kip-load-") as tmp:
         broker = LocalBroker(Path(tmp) / "kafka", port=free_port(), controller_port=free_port())
         broker.start()
         stack = DevStack(home=Path(tmp), bootstrap_servers=broker.bootstrap, prefix="load",
                          registry_dir=registry, metrics_base_port=0,
-                         worker_env={"KIP_MAX_BATCH": "32", "KIP_MAX_DELAY_MS": "5"})
+                         worker_env={"KIP_MAX_BATCH": "32", "KIP_MAX_DELAY_MS": "5",
+                                     "KIP_INTRA_OP_THREADS": str(threads)})
         try:
             await asyncio.to_thread(stack.prepare)
             stack.start_services()
@@ -154,3 +158,17 @@ def print_report(report: LoadReport, title: str) -> None:
               + " ".join(f"{np.nanpercentile(lat, q):7.0f}" for q in (50, 95, 99)))
         if s.unanswered:
             print(f"  {'':12} {s.unanswered} requests got no result")
+    for priority, s in report.classes.items():
+        if s.ok():
+            print(f"  {priority.value}: where an ok request's time went (mean ms) - "
+                  + _breakdown(s.ok()))
+
+
+def _breakdown(ok: list) -> str:
+    t = [r.timings for r in ok]
+    queue = np.mean([x.queue_ms or 0 for x in t])
+    wait = np.mean([x.batch_wait_ms or 0 for x in t])
+    infer = np.mean([x.inference_ms or 0 for x in t])
+    total = np.mean([x.total_ms for x in t])
+    return (f"admission+transport {total - queue - wait - infer:.0f}, worker queue {queue:.0f}, "
+            f"batch wait {wait:.0f}, inference {infer:.0f}, total {total:.0f}")

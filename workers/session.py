@@ -44,13 +44,15 @@ def choose_providers(device: str) -> list[str]:
 
 
 class ModelSession:
-    def __init__(self, version: ModelVersion, device: str = "auto") -> None:
+    def __init__(self, version: ModelVersion, device: str = "auto",
+                 intra_op_threads: int = 0) -> None:
         import onnxruntime as ort
 
         self.version = version
         self.manifest = version.manifest
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = intra_op_threads
         self.session = ort.InferenceSession(str(version.artifact), options,
                                             providers=choose_providers(device))
         self.provider = self.session.get_providers()[0]

@@ -19,3 +19,5 @@ class WorkerSettings(KipSettings):
     max_class_wait_ms: float = Field(
         2_000, description="aging: longest a lower class waits while higher ones have backlog")
     telemetry_interval_s: float = Field(1.0, description="how often capacity is reported")
+    intra_op_threads: int = Field(
+        0, description="ONNX Runtime threads per inference; 0 = one per core")

@@ -205,7 +205,8 @@ class Worker:
             loop = asyncio.get_running_loop()
             mv = await loop.run_in_executor(self.executor, self.registry.load, name, version)
             self.sessions[key] = await loop.run_in_executor(
-                self.executor, ModelSession, mv, self.settings.device)
+                self.executor, ModelSession, mv, self.settings.device,
+                self.settings.intra_op_threads)
             provider = self.sessions[key].provider
             metrics.MODELS_LOADED.labels(name, version, provider).set(1)
             log.warning("worker serves %s on %s", key, provider)
