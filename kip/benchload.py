@@ -38,6 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overload", type=float, default=3.0, help="batch rate / capacity")
     p.add_argument("--sweep", action="store_true")
     p.add_argument("--registry", type=Path, default=Path(".kip/registry"))
+    p.add_argument("--background-max-batch", type=int, default=8,
+                   help="rows per inference call for batch-class requests")
     p.add_argument("--worker-threads", type=int, default=1,
                    help="ONNX Runtime threads in the worker (1 leaves a core to the pipeline "
                    "and broker when everything shares one small machine)")
@@ -48,7 +50,7 @@ def run(args) -> int:
 
 
 async def _main(args) -> int:
-    async with _stack(args.registry, args.worker_threads) as client:
+    async with _stack(args.registry, args.worker_threads, args.background_max_batch) as client:
         if args.rate:
             rates = {Priority(k): float(v) for k, v in (r.split("=") for r in args.rate)}
             print_report(await _offer(client, args, rates, args.duration), "offered load")
@@ -59,14 +61,15 @@ async def _main(args) -> int:
 
 
 @asynccontextmanager
-async def _stack(registry: Path, threads: int):
+async def _stack(registry: Path, threads: int, background: int):
     with tempfile.TemporaryDirectory(prefix="kip-load-") as tmp:
         broker = LocalBroker(Path(tmp) / "kafka", port=free_port(), controller_port=free_port())
         broker.start()
         stack = DevStack(home=Path(tmp), bootstrap_servers=broker.bootstrap, prefix="load",
                          registry_dir=registry, metrics_base_port=0,
                          worker_env={"KIP_MAX_BATCH": "32", "KIP_MAX_DELAY_MS": "5",
-                                     "KIP_INTRA_OP_THREADS": str(threads)})
+                                     "KIP_INTRA_OP_THREADS": str(threads),
+                                     "KIP_BACKGROUND_MAX_BATCH": str(background)})
         try:
             await asyncio.to_thread(stack.prepare)
             stack.start_services()

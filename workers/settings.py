@@ -21,3 +21,6 @@ class WorkerSettings(KipSettings):
     telemetry_interval_s: float = Field(1.0, description="how often capacity is reported")
     intra_op_threads: int = Field(
         0, description="ONNX Runtime threads per inference; 0 = one per core")
+    background_max_batch: int = Field(
+        8, description="rows per inference call for standard and batch requests: the "
+        "longest an interactive request waits for a call already running")

@@ -51,6 +51,7 @@ class Worker:
         self.id = worker_id(self.model)
         self.throughput = Throughput()
         self.prioritizer: Prioritizer | None = None
+        self._committed: dict[TopicPartition, int] = {}
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
@@ -135,27 +136,56 @@ class Worker:
             await asyncio.sleep(self.settings.telemetry_interval_s)
 
     async def process(self, records: list[ConsumerRecord]) -> None:
-        """Outputs for every record, all acknowledged, then the offsets committed."""
+        """Outputs for every record, all acknowledged, then the offsets committed.
+
+        Groups run highest class first and their results leave as soon as they are
+        computed. Lower classes run in chunks of ``background_max_batch`` rows; between
+        chunks, interactive requests that arrived meanwhile are served first.
+        """
         pulled = float(now_ms())
-        outputs: list[Output] = []
+        sent: list[asyncio.Future] = []
         items: list[WorkItem] = []
         for record in records:
             try:
                 items.append(decode(WorkItem, record.value))
             except InvalidRequest as err:
-                outputs += self._undecodable(record, err)
-        outputs += await self._serve(items, pulled)
-        await self._produce(outputs)
-        await self.consumer.commit(_next_offsets(records))
+                sent += await self._send(self._undecodable(record, err))
+        for (name, version, priority), group in self._groups(items):
+            if priority != Priority.INTERACTIVE:
+                await self._serve_interactive_first()
+            sent += await self._send(await self._infer(name, version, group, pulled))
+        await asyncio.gather(*sent)
+        await self._commit(records)
 
-    async def _serve(self, items: list[WorkItem], pulled: float) -> list[Output]:
-        outputs: list[Output] = []
-        groups: dict[tuple[str, str], list[WorkItem]] = defaultdict(list)
+    def _groups(self, items: list[WorkItem]):
+        """(model, version, class) groups in class order; lower classes in chunks."""
+        groups: dict[tuple[str, str, Priority], list[WorkItem]] = defaultdict(list)
         for item in sorted(items, key=lambda i: _RANK[i.request.priority]):
-            groups[(item.route.model_name, item.route.model_version)].append(item)
-        for (name, version), group in groups.items():
-            outputs += await self._infer(name, version, group, pulled)
-        return outputs
+            r = item.route
+            groups[(r.model_name, r.model_version, item.request.priority)].append(item)
+        chunk = self.settings.background_max_batch
+        for key, group in groups.items():
+            size = len(group) if key[2] == Priority.INTERACTIVE else chunk
+            for i in range(0, len(group), size):
+                yield key, group[i:i + size]
+
+    async def _serve_interactive_first(self) -> None:
+        """Serve interactive records waiting in this member's partitions right now."""
+        urgent = self.prioritizer.partitions_of(Priority.INTERACTIVE)
+        if not urgent or not await self.prioritizer.has_backlog(urgent):
+            return
+        records = [r for batch in (await self.consumer.getmany(
+            *urgent, timeout_ms=0, max_records=self.max_batch)).values() for r in batch]
+        if records:
+            await self.process(records)
+
+    async def _commit(self, records: list[ConsumerRecord]) -> None:
+        """Commit past ``records``, never behind what a nested round already committed."""
+        offsets = {tp: o for tp, o in _next_offsets(records).items()
+                   if o > self._committed.get(tp, -1)}
+        if offsets:
+            await self.consumer.commit(offsets)
+            self._committed.update(offsets)
 
     def _drop_expired(self, group: list[WorkItem], pulled: float
                       ) -> tuple[list[WorkItem], list[Output]]:
@@ -238,11 +268,11 @@ class Worker:
         return [(self.names.results, key, result, None), (self.names.audit, key, audit, None),
                 (self.names.deadletter, record.topic.encode(), dead, None)]
 
-    async def _produce(self, outputs: list[Output]) -> None:
-        futures = [await self.producer.send(topic, encode(msg), key=key,
-                                            headers=headers(msg, trace))
-                   for topic, key, msg, trace in outputs]
-        await asyncio.gather(*futures)
+    async def _send(self, outputs: list[Output]) -> list[asyncio.Future]:
+        """Hand outputs to the producer; the returned futures resolve on acknowledgement."""
+        return [await self.producer.send(topic, encode(msg), key=key,
+                                         headers=headers(msg, trace))
+                for topic, key, msg, trace in outputs]
 
 
 def _observe(result: InferenceResult) -> None:
