@@ -14,10 +14,10 @@ from aiokafka.structs import ConsumerRecord
 IDLE_POLL_MS = 200
 
 
-async def next_batch(consumer: AIOKafkaConsumer, max_batch: int, max_delay_ms: float
-                     ) -> list[ConsumerRecord]:
-    """Records for one inference call (empty after an idle poll)."""
-    batch = _flatten(await consumer.getmany(timeout_ms=IDLE_POLL_MS, max_records=max_batch))
+async def next_batch(consumer: AIOKafkaConsumer, max_batch: int, max_delay_ms: float,
+                     idle_ms: int = IDLE_POLL_MS) -> list[ConsumerRecord]:
+    """Records for one inference call (empty after ``idle_ms`` with nothing)."""
+    batch = _flatten(await consumer.getmany(timeout_ms=idle_ms, max_records=max_batch))
     if not batch:
         return batch
     deadline = time.monotonic() + max_delay_ms / 1000

@@ -53,17 +53,6 @@ class Prioritizer:
                 self.waiting_since_ms.setdefault(p, now)
         self._set_paused(paused)
 
-    def partitions_of(self, priority: Priority) -> list:
-        return [tp for tp in self.consumer.assignment()
-                if self.topic_class.get(tp.topic) == priority]
-
-    async def has_backlog(self, partitions: list) -> bool:
-        for tp in partitions:
-            end = self.consumer.last_stable_offset(tp)
-            if end is not None and end > await self.consumer.position(tp):
-                return True
-        return False
-
     def served(self, classes: set[Priority]) -> None:
         """Classes that had records in the last batch stop aging."""
         for p in classes:

@@ -35,6 +35,7 @@ from workers.telemetry import Throughput, report, worker_id
 
 log = logging.getLogger("kip.worker")
 _RANK = {Priority.INTERACTIVE: 0, Priority.STANDARD: 1, Priority.BATCH: 2}
+IDLE_WAIT_MS = 20   # with nothing to do, wait this long on the interactive lane
 Output = tuple[str, bytes, object, str | None]   # topic, key, message, traceparent
 
 
@@ -46,7 +47,9 @@ class Worker:
         self.model = self.registry.resolve(settings.model).manifest.name
         self.sessions: dict[str, ModelSession] = {}
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kip-infer")
-        self.consumer: AIOKafkaConsumer | None = None
+        self.consumer: AIOKafkaConsumer | None = None   # standard and batch
+        self.urgent: AIOKafkaConsumer | None = None     # interactive
+        self.topic_class: dict[str, Priority] = {}
         self.producer: AIOKafkaProducer | None = None
         self.id = worker_id(self.model)
         self.throughput = Throughput()
@@ -62,21 +65,30 @@ class Worker:
         self.producer = AIOKafkaProducer(
             bootstrap_servers=self.settings.bootstrap, acks="all", enable_idempotence=True,
             max_request_size=MAX_MESSAGE_BYTES, client_id=f"kip-worker-{self.model}")
-        self.consumer = AIOKafkaConsumer(
-            *self.names.all_work(self.model), bootstrap_servers=self.settings.bootstrap,
-            group_id=f"{self.names.prefix}.workers.{self.model}", enable_auto_commit=False,
-            auto_offset_reset="earliest", isolation_level="read_committed",
+        work = {p: self.names.work(self.model, p) for p in PRIORITIES}
+        # Two consumers, two connections: interactive records are fetched the moment
+        # they arrive, never held behind a fetch or buffer of batch records.
+        self.urgent = self._consumer([work[Priority.INTERACTIVE]], "interactive")
+        self.consumer = self._consumer([work[Priority.STANDARD], work[Priority.BATCH]], "")
+        await self.producer.start()
+        await self.urgent.start()
+        await self.consumer.start()
+        self.topic_class = {t: p for p, t in work.items()}
+        self.prioritizer = Prioritizer(self.consumer, self.topic_class,
+                                       self.settings.max_class_wait_ms)
+        self._tasks = [asyncio.create_task(self._loop(), name=f"kip-worker-{self.model}"),
+                       asyncio.create_task(self._report(), name=f"kip-telemetry-{self.model}")]
+
+    def _consumer(self, topics: list[str], lane: str) -> AIOKafkaConsumer:
+        group = f"{self.names.prefix}.workers.{self.model}" + (f".{lane}" if lane else "")
+        return AIOKafkaConsumer(
+            *topics, bootstrap_servers=self.settings.bootstrap, group_id=group,
+            enable_auto_commit=False, auto_offset_reset="earliest",
+            isolation_level="read_committed",
             session_timeout_ms=self.settings.session_timeout_ms,
             heartbeat_interval_ms=self.settings.session_timeout_ms // 3,
             max_partition_fetch_bytes=MAX_MESSAGE_BYTES + 1024 * 1024,
             fetch_max_bytes=4 * MAX_MESSAGE_BYTES)
-        await self.producer.start()
-        await self.consumer.start()
-        topic_class = {self.names.work(self.model, p): p for p in PRIORITIES}
-        self.prioritizer = Prioritizer(self.consumer, topic_class,
-                                       self.settings.max_class_wait_ms)
-        self._tasks = [asyncio.create_task(self._loop(), name=f"kip-worker-{self.model}"),
-                       asyncio.create_task(self._report(), name=f"kip-telemetry-{self.model}")]
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
@@ -86,10 +98,10 @@ class Worker:
         if tasks and self.producer is not None:   # leave the capacity view at once
             await self.producer.send_and_wait(self.names.telemetry, None,
                                               key=self.id.encode())
-        for client in (self.consumer, self.producer):
+        for client in (self.urgent, self.consumer, self.producer):
             if client is not None:
                 await client.stop()
-        self.consumer = self.producer = None
+        self.urgent = self.consumer = self.producer = None
         self.executor.shutdown(wait=True)
 
     async def wait(self) -> None:
@@ -113,21 +125,32 @@ class Worker:
         return max(s.manifest.max_batch for s in self.sessions.values())
 
     async def _loop(self) -> None:
+        """Interactive first; then standard/batch (paused by class); idle: wait on both."""
         while True:
+            if await self._pull_and_process(self.urgent, idle_ms=0):
+                continue
             await self.prioritizer.apply()
-            records = await next_batch(self.consumer, self.max_batch, self.settings.max_delay_ms)
-            if records:
-                started = time.monotonic()
-                await self.process(records)
-                self.throughput.record(len(records), time.monotonic() - started)
-                self.prioritizer.served({self.prioritizer.topic_class[r.topic]
-                                         for r in records})
+            if await self._pull_and_process(self.consumer, idle_ms=0):
+                continue
+            await self._pull_and_process(self.urgent, idle_ms=IDLE_WAIT_MS)
+
+    async def _pull_and_process(self, consumer: AIOKafkaConsumer, idle_ms: int) -> bool:
+        records = await next_batch(consumer, self.max_batch, self.settings.max_delay_ms,
+                                   idle_ms)
+        if not records:
+            return False
+        started = time.monotonic()
+        await self.process(records, consumer)
+        self.throughput.record(len(records), time.monotonic() - started)
+        self.prioritizer.served({self.topic_class[r.topic] for r in records})
+        return True
 
     async def _report(self) -> None:
         """Telemetry every ``telemetry_interval_s``: capacity, backlog, memory."""
         while True:
             sessions = list(self.sessions.values())
-            backlog = await backlog_by_class(self.consumer, self.prioritizer.topic_class)
+            backlog = (await backlog_by_class(self.urgent, self.topic_class)
+                       | await backlog_by_class(self.consumer, self.topic_class))
             message = report(self.id, self.model, [s.manifest.version for s in sessions],
                              sessions[0].provider if sessions else "", self.throughput,
                              backlog, now_ms())
@@ -135,7 +158,8 @@ class Worker:
                                               key=self.id.encode(), headers=headers(message))
             await asyncio.sleep(self.settings.telemetry_interval_s)
 
-    async def process(self, records: list[ConsumerRecord]) -> None:
+    async def process(self, records: list[ConsumerRecord],
+                      consumer: AIOKafkaConsumer | None = None) -> None:
         """Outputs for every record, all acknowledged, then the offsets committed.
 
         Groups run highest class first and their results leave as soon as they are
@@ -155,7 +179,7 @@ class Worker:
                 await self._serve_interactive_first()
             sent += await self._send(await self._infer(name, version, group, pulled))
         await asyncio.gather(*sent)
-        await self._commit(records)
+        await self._commit(records, consumer or self.consumer)
 
     def _groups(self, items: list[WorkItem]):
         """(model, version, class) groups in class order; lower classes in chunks."""
@@ -170,21 +194,18 @@ class Worker:
                 yield key, group[i:i + size]
 
     async def _serve_interactive_first(self) -> None:
-        """Serve interactive records waiting in this member's partitions right now."""
-        urgent = self.prioritizer.partitions_of(Priority.INTERACTIVE)
-        if not urgent or not await self.prioritizer.has_backlog(urgent):
-            return
-        records = [r for batch in (await self.consumer.getmany(
-            *urgent, timeout_ms=0, max_records=self.max_batch)).values() for r in batch]
+        """Serve interactive records that arrived while a lower class was running."""
+        records = await next_batch(self.urgent, self.max_batch, 0, idle_ms=0)
         if records:
-            await self.process(records)
+            await self.process(records, self.urgent)
 
-    async def _commit(self, records: list[ConsumerRecord]) -> None:
+    async def _commit(self, records: list[ConsumerRecord], consumer: AIOKafkaConsumer
+                      ) -> None:
         """Commit past ``records``, never behind what a nested round already committed."""
         offsets = {tp: o for tp, o in _next_offsets(records).items()
                    if o > self._committed.get(tp, -1)}
         if offsets:
-            await self.consumer.commit(offsets)
+            await consumer.commit(offsets)
             self._committed.update(offsets)
 
     def _drop_expired(self, group: list[WorkItem], pulled: float
