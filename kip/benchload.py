@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overload", type=float, default=3.0, help="batch rate / capacity")
     p.add_argument("--sweep", action="store_true")
     p.add_argument("--registry", type=Path, default=Path(".kip/registry"))
-    p.add_argument("--background-max-batch", type=int, default=8,
+    p.add_argument("--background-max-batch", type=int, default=4,
                    help="rows per inference call for batch-class requests")
     p.add_argument("--worker-threads", type=int, default=1,
                    help="ONNX Runtime threads in the worker (1 leaves a core to the pipeline "
@@ -95,8 +95,8 @@ async def _offer(client: KipClient, args, rates: dict, duration: float) -> LoadR
 
 
 async def _overload_scenario(client: KipClient, args) -> int:
-    print("measuring capacity: batch class, closed loop, 128 in flight, 20s ...", flush=True)
-    capacity = await closed_loop_capacity(client, args.model, Priority.BATCH, 128, 20)
+    print("measuring capacity: batch class, closed loop, 256 in flight, 20s ...", flush=True)
+    capacity = await closed_loop_capacity(client, args.model, Priority.BATCH, 256, 20)
     print(f"  capacity {capacity:.1f} requests/s")
     alone = await _offer(client, args, {Priority.INTERACTIVE: args.interactive_rate}, 20)
     print_report(alone, "interactive alone")
@@ -130,7 +130,7 @@ def _verdict(capacity: float, alone: LoadReport, mixed: LoadReport) -> int:
 
 
 async def _sweep(client: KipClient, args) -> int:
-    capacity = await closed_loop_capacity(client, args.model, Priority.BATCH, 128, 15)
+    capacity = await closed_loop_capacity(client, args.model, Priority.BATCH, 256, 15)
     print(f"capacity {capacity:.1f} requests/s; sweeping the batch rate", flush=True)
     knee = None
     print(f"{'offered/s':>10} {'ok/s':>8} {'rejected':>9} {'expired':>8}")

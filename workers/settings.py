@@ -22,5 +22,5 @@ class WorkerSettings(KipSettings):
     intra_op_threads: int = Field(
         0, description="ONNX Runtime threads per inference; 0 = one per core")
     background_max_batch: int = Field(
-        8, description="rows per inference call for standard and batch requests: the "
+        4, description="rows per inference call for standard and batch requests: the "
         "longest an interactive request waits for a call already running")
