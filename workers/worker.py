@@ -9,6 +9,8 @@ the batch; issue 4 turns this into Kafka transactions.
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 import logging
 import time
 from collections import defaultdict
@@ -35,7 +37,6 @@ from workers.telemetry import Throughput, report, worker_id
 
 log = logging.getLogger("kip.worker")
 _RANK = {Priority.INTERACTIVE: 0, Priority.STANDARD: 1, Priority.BATCH: 2}
-IDLE_WAIT_MS = 20   # with nothing to do, wait this long on the interactive lane
 Output = tuple[str, bytes, object, str | None]   # topic, key, message, traceparent
 
 
@@ -47,6 +48,10 @@ class Worker:
         self.model = self.registry.resolve(settings.model).manifest.name
         self.sessions: dict[str, ModelSession] = {}
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kip-infer")
+        self.background_executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="kip-infer-background",
+            initializer=_lower_thread_priority)
+        self._loading = asyncio.Lock()
         self.consumer: AIOKafkaConsumer | None = None   # standard and batch
         self.urgent: AIOKafkaConsumer | None = None     # interactive
         self.topic_class: dict[str, Priority] = {}
@@ -76,8 +81,12 @@ class Worker:
         self.topic_class = {t: p for p, t in work.items()}
         self.prioritizer = Prioritizer(self.consumer, self.topic_class,
                                        self.settings.max_class_wait_ms)
-        self._tasks = [asyncio.create_task(self._loop(), name=f"kip-worker-{self.model}"),
-                       asyncio.create_task(self._report(), name=f"kip-telemetry-{self.model}")]
+        self._tasks = [
+            asyncio.create_task(self._lane(self.urgent, self.executor),
+                                name=f"kip-worker-{self.model}-interactive"),
+            asyncio.create_task(self._lane(self.consumer, self.background_executor),
+                                name=f"kip-worker-{self.model}-background"),
+            asyncio.create_task(self._report(), name=f"kip-telemetry-{self.model}")]
 
     def _consumer(self, topics: list[str], lane: str) -> AIOKafkaConsumer:
         group = f"{self.names.prefix}.workers.{self.model}" + (f".{lane}" if lane else "")
@@ -103,6 +112,7 @@ class Worker:
                 await client.stop()
         self.urgent = self.consumer = self.producer = None
         self.executor.shutdown(wait=True)
+        self.background_executor.shutdown(wait=True)
 
     async def wait(self) -> None:
         """Until a loop ends (they only end by an error or ``stop``)."""
@@ -124,26 +134,22 @@ class Worker:
             return self.settings.max_batch
         return max(s.manifest.max_batch for s in self.sessions.values())
 
-    async def _loop(self) -> None:
-        """Interactive first; then standard/batch (paused by class); idle: wait on both."""
+    async def _lane(self, consumer: AIOKafkaConsumer, executor: ThreadPoolExecutor) -> None:
+        """One lane's loop. The interactive lane and the standard/batch lane run side by
+        side, each with its own consumer and inference thread; the background thread runs
+        at a lower OS priority, so interactive inference takes the CPU first."""
+        background = consumer is self.consumer
         while True:
-            if await self._pull_and_process(self.urgent, idle_ms=0):
+            if background:
+                await self.prioritizer.apply()
+            records = await next_batch(consumer, self.max_batch, self.settings.max_delay_ms)
+            if not records:
                 continue
-            await self.prioritizer.apply()
-            if await self._pull_and_process(self.consumer, idle_ms=0):
-                continue
-            await self._pull_and_process(self.urgent, idle_ms=IDLE_WAIT_MS)
-
-    async def _pull_and_process(self, consumer: AIOKafkaConsumer, idle_ms: int) -> bool:
-        records = await next_batch(consumer, self.max_batch, self.settings.max_delay_ms,
-                                   idle_ms)
-        if not records:
-            return False
-        started = time.monotonic()
-        await self.process(records, consumer)
-        self.throughput.record(len(records), time.monotonic() - started)
-        self.prioritizer.served({self.topic_class[r.topic] for r in records})
-        return True
+            started = time.monotonic()
+            await self.process(records, consumer, executor)
+            self.throughput.record(len(records), time.monotonic() - started)
+            if background:
+                self.prioritizer.served({self.topic_class[r.topic] for r in records})
 
     async def _report(self) -> None:
         """Telemetry every ``telemetry_interval_s``: capacity, backlog, memory."""
@@ -159,12 +165,13 @@ class Worker:
             await asyncio.sleep(self.settings.telemetry_interval_s)
 
     async def process(self, records: list[ConsumerRecord],
-                      consumer: AIOKafkaConsumer | None = None) -> None:
+                      consumer: AIOKafkaConsumer | None = None,
+                      executor: ThreadPoolExecutor | None = None) -> None:
         """Outputs for every record, all acknowledged, then the offsets committed.
 
         Groups run highest class first and their results leave as soon as they are
-        computed. Lower classes run in chunks of ``background_max_batch`` rows; between
-        chunks, interactive requests that arrived meanwhile are served first.
+        computed. Lower classes run in chunks of ``background_max_batch`` rows, which
+        bounds how long one inference call holds the device.
         """
         pulled = float(now_ms())
         sent: list[asyncio.Future] = []
@@ -174,10 +181,9 @@ class Worker:
                 items.append(decode(WorkItem, record.value))
             except InvalidRequest as err:
                 sent += await self._send(self._undecodable(record, err))
-        for (name, version, priority), group in self._groups(items):
-            if priority != Priority.INTERACTIVE:
-                await self._serve_interactive_first()
-            sent += await self._send(await self._infer(name, version, group, pulled))
+        for (name, version, _), group in self._groups(items):
+            outputs = await self._infer(name, version, group, pulled, executor or self.executor)
+            sent += await self._send(outputs)
         await asyncio.gather(*sent)
         await self._commit(records, consumer or self.consumer)
 
@@ -192,12 +198,6 @@ class Worker:
             size = len(group) if key[2] == Priority.INTERACTIVE else chunk
             for i in range(0, len(group), size):
                 yield key, group[i:i + size]
-
-    async def _serve_interactive_first(self) -> None:
-        """Serve interactive records that arrived while a lower class was running."""
-        records = await next_batch(self.urgent, self.max_batch, 0, idle_ms=0)
-        if records:
-            await self.process(records, self.urgent)
 
     async def _commit(self, records: list[ConsumerRecord], consumer: AIOKafkaConsumer
                       ) -> None:
@@ -218,8 +218,8 @@ class Worker:
                    for o in self._terminal(i, Stamps(pulled), error=expired)]
         return live, outputs
 
-    async def _infer(self, name: str, version: str, group: list[WorkItem], pulled: float
-                     ) -> list[Output]:
+    async def _infer(self, name: str, version: str, group: list[WorkItem], pulled: float,
+                     executor: ThreadPoolExecutor) -> list[Output]:
         try:
             session = await self._session(name, version)
         except KipError as err:
@@ -227,16 +227,16 @@ class Worker:
         group, outputs = self._drop_expired(group, pulled)
         if not group:
             return outputs
-        return outputs + await self._run(session, group, pulled)
+        return outputs + await self._run(session, group, pulled, executor)
 
-    async def _run(self, session: ModelSession, group: list[WorkItem], pulled: float
-                   ) -> list[Output]:
+    async def _run(self, session: ModelSession, group: list[WorkItem], pulled: float,
+                   executor: ThreadPoolExecutor) -> list[Output]:
         name = session.manifest.name
         stamps = Stamps(pulled, batch_size=sum(i.request.inputs[0].shape[0] for i in group))
         try:
             stamps.started_ms = time.time() * 1000
             per_request = await asyncio.get_running_loop().run_in_executor(
-                self.executor, session.run, [i.request.inputs for i in group])
+                executor, session.run, [i.request.inputs for i in group])
             stamps.finished_ms = time.time() * 1000
         except KipError as err:
             return [o for i in group for o in self._terminal(i, stamps, error=err)]
@@ -252,16 +252,21 @@ class Worker:
 
     async def _session(self, name: str, version: str) -> ModelSession:
         key = f"{name}@{version}"
-        if key not in self.sessions:
-            loop = asyncio.get_running_loop()
-            mv = await loop.run_in_executor(self.executor, self.registry.load, name, version)
-            self.sessions[key] = await loop.run_in_executor(
-                self.executor, ModelSession, mv, self.settings.device,
-                self.settings.intra_op_threads)
-            provider = self.sessions[key].provider
-            metrics.MODELS_LOADED.labels(name, version, provider).set(1)
-            log.warning("worker serves %s on %s", key, provider)
+        async with self._loading:   # both lanes may ask for a new version at once
+            if key not in self.sessions:
+                await self._load(name, version)
         return self.sessions[key]
+
+    async def _load(self, name: str, version: str) -> None:
+        """Verify and load a version (in the executor: hashing and loading take time)."""
+        loop = asyncio.get_running_loop()
+        mv = await loop.run_in_executor(self.executor, self.registry.load, name, version)
+        session = await loop.run_in_executor(self.executor, ModelSession, mv,
+                                             self.settings.device,
+                                             self.settings.intra_op_threads)
+        self.sessions[f"{name}@{version}"] = session
+        metrics.MODELS_LOADED.labels(name, version, session.provider).set(1)
+        log.warning("worker serves %s@%s on %s", name, version, session.provider)
 
     def _terminal(self, item: WorkItem, stamps: Stamps, outputs=None, error=None
                   ) -> list[Output]:
@@ -306,6 +311,14 @@ def _observe(result: InferenceResult) -> None:
         metrics.LATENCY.labels("queue", *labels).observe(t.queue_ms / 1000)
     if t.batch_wait_ms is not None:
         metrics.LATENCY.labels("batch_wait", *labels).observe(t.batch_wait_ms / 1000)
+
+
+def _lower_thread_priority() -> None:
+    """Run this (background inference) thread at nice +10 where the OS allows it."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):
+        pass
 
 
 def _next_offsets(records: list[ConsumerRecord]) -> dict[TopicPartition, int]:
