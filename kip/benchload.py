@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import tempfile
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -40,6 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--registry", type=Path, default=Path(".kip/registry"))
     p.add_argument("--background-max-batch", type=int, default=4,
                    help="rows per inference call for batch-class requests")
+    p.add_argument("--no-pin", dest="pin", action="store_false",
+                   help="do not pin workers to their own CPU (by default the last CPU runs "
+                   "the workers and the others run broker, pipeline and load generator, "
+                   "standing in for a separate GPU host)")
     p.add_argument("--worker-threads", type=int, default=1,
                    help="ONNX Runtime threads in the worker (1 leaves a core to the pipeline "
                    "and broker when everything shares one small machine)")
@@ -50,7 +55,8 @@ def run(args) -> int:
 
 
 async def _main(args) -> int:
-    async with _stack(args.registry, args.worker_threads, args.background_max_batch) as client:
+    async with _stack(args.registry, args.worker_threads, args.background_max_batch,
+                      args.pin and len(os.sched_getaffinity(0)) >= 2) as client:
         if args.rate:
             rates = {Priority(k): float(v) for k, v in (r.split("=") for r in args.rate)}
             print_report(await _offer(client, args, rates, args.duration), "offered load")
@@ -61,7 +67,7 @@ async def _main(args) -> int:
 
 
 @asynccontextmanager
-async def _stack(registry: Path, threads: int, background: int):
+async def _stack(registry: Path, threads: int, background: int, pin: bool):
     with tempfile.TemporaryDirectory(prefix="kip-load-") as tmp:
         broker = LocalBroker(Path(tmp) / "kafka", port=free_port(), controller_port=free_port())
         broker.start()
@@ -73,6 +79,8 @@ async def _stack(registry: Path, threads: int, background: int):
         try:
             await asyncio.to_thread(stack.prepare)
             stack.start_services()
+            if pin:
+                _pin_processes(stack)
             key = ensure_dev_access(stack.access_file).keys[DEV_KEY_ID]
             async with KipClient(stack.bootstrap, tenant=key.tenant, key_id=DEV_KEY_ID,
                                  secret=key.secret.get_secret_value(),
@@ -83,6 +91,28 @@ async def _stack(registry: Path, threads: int, background: int):
         finally:
             stack.stop_services()
             broker.stop()
+
+
+def _pin_processes(stack: DevStack) -> None:
+    """Workers only on the last CPU; broker, pipeline and this process anywhere (they
+    take the workers' CPU when they need it: background inference runs at nice +10)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    for proc in stack.procs:
+        if "worker" in proc.args:
+            _set_affinity(proc.pid, {cpus[-1]})
+    print(f"pinned: workers on CPU {cpus[-1]} only; broker, pipeline and load generator "
+          "on any CPU", flush=True)
+
+
+def _set_affinity(pid: int | None, cpus: set[int]) -> None:
+    """Every thread of ``pid`` (threads started later inherit from their creator)."""
+    if pid is None:
+        return
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+        except OSError:
+            pass
 
 
 async def _offer(client: KipClient, args, rates: dict, duration: float) -> LoadReport:

@@ -36,6 +36,9 @@ class AdmissionPolicy(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     classes: dict[Priority, ClassPolicy] = Field(default_factory=lambda: dict(DEFAULT_CLASSES))
     max_tensor_elements: int = Field(4_000_000, gt=0, description="per tensor in a request")
+    deadline_headroom: float = Field(
+        0.8, gt=0, le=1, description="admit only if the estimated wait fits in this share "
+        "of the time left to the deadline: the rest absorbs estimate error and inference")
 
     def of(self, priority: Priority | str) -> ClassPolicy:
         return self.classes[Priority(priority)]
@@ -86,7 +89,7 @@ def check_wait(estimate_ms: float | None, priority: Priority | str, deadline_ms:
     if estimate_ms is None:
         return
     budget = policy.of(priority).wait_budget_ms
-    allowed = min(budget, deadline_ms - now_ms)
+    allowed = min(budget, int((deadline_ms - now_ms) * policy.deadline_headroom))
     if estimate_ms > allowed:
         raise Overloaded(f"estimated wait {estimate_ms:.0f} ms exceeds the "
                          f"{'class budget' if allowed == budget else 'time to the deadline'}"
