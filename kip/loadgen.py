@@ -59,10 +59,16 @@ class ClassStats:
 class LoadReport:
     duration_s: float
     classes: dict[Priority, ClassStats]
+    started_ms: int = 0
     duplicates: int = 0
 
     def goodput(self, priority: Priority) -> float:
-        return len(self.classes[priority].ok()) / self.duration_s
+        """ok results produced while load was offered, per second (the drain after the
+        window does not count: a queue must not pass for throughput)."""
+        end = self.started_ms + self.duration_s * 1000
+        done = [r for r in self.classes[priority].ok()
+                if self.started_ms <= r.produced_at_ms <= end]
+        return len(done) / self.duration_s
 
 
 async def run_load(client: KipClient, model: str, rates: dict[Priority, float],
@@ -73,6 +79,7 @@ async def run_load(client: KipClient, model: str, rates: dict[Priority, float],
     inputs = inputs or (lambda i: {"text": [texts[i % len(texts)]]})
     stats = {p: ClassStats() for p in rates}
     pending: dict[str, tuple[Priority, int, asyncio.Future]] = {}
+    started_ms = now_ms()
     senders = [_send_class(client, model, p, rate, duration_s, deadlines_ms[p], seed + i,
                            inputs, stats[p], pending)
                for i, (p, rate) in enumerate(rates.items()) if rate > 0]
@@ -81,7 +88,7 @@ async def run_load(client: KipClient, model: str, rates: dict[Priority, float],
     await asyncio.wait([f for _, _, f in pending.values()] or [_done()], timeout=drain)
     for priority, deadline, fut in pending.values():
         _collect(stats[priority], deadline, fut)
-    return LoadReport(duration_s, stats)
+    return LoadReport(duration_s, stats, started_ms)
 
 
 async def _send_class(client: KipClient, model: str, priority: Priority, rate: float,

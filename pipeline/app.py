@@ -87,8 +87,8 @@ def create_app(settings: PipelineSettings) -> faust.App:
         store="memory://", web_enabled=False, topic_replication_factor=1,
         producer_acks=-1, consumer_auto_offset_reset="earliest", autodiscover=False,
         topic_partitions=settings.request_partitions,
-        broker_session_timeout=settings.session_timeout_s,
-        broker_heartbeat_interval=settings.session_timeout_s / 3)
+        broker_session_timeout=settings.session_timeout_ms / 1000,
+        broker_heartbeat_interval=settings.session_timeout_ms / 3000)
     state = PipelineState(app, settings)
     app.task(_follow(state))
     for priority in PRIORITIES:

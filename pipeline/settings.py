@@ -21,6 +21,6 @@ class PipelineSettings(KipSettings):
         description="payload limits, default deadlines, wait budgets per class (JSON)")
     request_partitions: int = Field(3, description="partitions of each request topic; "
                                     "the quota table is partitioned alike")
-    session_timeout_s: float = Field(
-        10.0, description="consumer-group session timeout: how soon a dead pipeline "
+    session_timeout_ms: int = Field(
+        10_000, description="consumer-group session timeout: how soon a dead pipeline "
         "process's partitions move to another")
