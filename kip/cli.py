@@ -19,6 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("KIP_LOG_LEVEL", "WARNING"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        if os.environ.get("KIP_PROFILE_DIR"):   # developers: profile this process
+            return _profiled(args)
         return args.func(args) or 0
     except KeyboardInterrupt:
         return 130
@@ -27,6 +29,18 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"kip: error: {exc or type(exc).__name__}", file=sys.stderr)
         return 1
+
+
+def _profiled(args) -> int:
+    import cProfile
+
+    path = Path(os.environ["KIP_PROFILE_DIR"]) / f"{args.func.__name__.strip('_')}-{os.getpid()}.prof"
+    profile = cProfile.Profile()
+    try:
+        return profile.runcall(args.func, args) or 0
+    finally:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        profile.dump_stats(path)
 
 
 def _parser() -> argparse.ArgumentParser:
