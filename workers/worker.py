@@ -1,6 +1,11 @@
-"""The GPU worker: one aiokafka consumer-group member serving one model.
+"""The GPU worker: serves one model from two lanes, each an aiokafka consumer-group member.
 
-Delivery (this issue): at-least-once. For each micro-batch the worker produces every
+The interactive lane reads ``kip.work.<model>.interactive``; the background lane reads the
+standard and batch topics (batch paused while standard has backlog, with aging). Each
+lane has its own connection and inference thread, so an interactive request never waits
+behind fetched or running batch work; the background thread runs at a lower OS priority.
+
+Delivery: at-least-once. For each micro-batch the worker produces every
 result and final audit record, waits for all acknowledgements (acks=all, idempotent
 producer), and only then commits the batch's offsets. A crash between the two replays
 the batch; issue 4 turns this into Kafka transactions.
