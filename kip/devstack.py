@@ -108,12 +108,16 @@ class DevStack:
             f"log {logfile})")
         return proc
 
-    def restart(self, index: int, timeout_s: float = 20.0) -> None:
-        """Stop service ``index`` (0: the pipeline) with SIGTERM and start it again."""
+    def restart(self, index: int, timeout_s: float = 20.0) -> float:
+        """Stop service ``index`` (0: the pipeline) with SIGTERM and start it again;
+        return how long the old process took to exit."""
         old = self.procs[index]
+        started = time.monotonic()
         _terminate([old], timeout_s)
+        stopped_s = time.monotonic() - started
         port = self.metrics_base_port + index if self.metrics_base_port else 0
         self.procs[index] = self.spawn(old.args[3:], port, log=lambda *_: None)
+        return stopped_s
 
     def check_services(self) -> None:
         for proc in self.procs:

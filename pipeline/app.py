@@ -4,18 +4,20 @@ Delivery: at-least-once. A round of up to ``take_max`` events is decided, every 
 (work item or result, audit record, dead letter) is produced, and the round waits for
 all acknowledgements (acks=all) before faust may commit the round's offsets.
 
-State: quota bucket levels live in the faust Table ``quota-levels`` (keyed by tenant,
-changelog-backed, recovered before processing starts); quota settings and fallbacks
-come from the control topic, capacity from the telemetry topic, each followed by a
-background task that must have caught up before the first round is decided.
+State: quota settings and fallbacks come from the control topic, capacity from the
+telemetry topic, bucket levels from the quota-levels topic; each is followed by a
+background task that must have caught up before the first round is decided. Changed
+bucket levels are produced with the round's outputs, acknowledged before its offsets.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
 import faust
+import orjson
 
 from kip import metrics
 from pipeline.access import AccessConfig
@@ -23,7 +25,7 @@ from pipeline.capacity import CapacityView
 from pipeline.control import ControlState, apply_telemetry
 from pipeline.decide import Context, Decision, Forward, Origin, decide, undecodable
 from pipeline.follower import TopicFollower
-from pipeline.quota import Ledger, dump_levels, load_levels
+from pipeline.quota import Ledger, apply_levels, dump_levels
 from pipeline.known_topics import KnownTopics
 from pipeline.routing import Router
 from pipeline.settings import PipelineSettings
@@ -38,7 +40,7 @@ log = logging.getLogger("kip.pipeline")
 class PipelineState:
     """What every round of every agent shares within one pipeline process."""
 
-    def __init__(self, app: faust.App, settings: PipelineSettings) -> None:
+    def __init__(self, settings: PipelineSettings) -> None:
         from kip.registry import Registry
 
         self.settings = settings
@@ -47,12 +49,11 @@ class PipelineState:
         self.control = ControlState()
         self.capacity = CapacityView()
         self.ledger = Ledger(self.control.quotas)
-        self.levels = app.Table("quota-levels", partitions=settings.request_partitions,
-                                key_type=str)   # values: JSON (the app default)
+        names = settings.names
         self.followers = [
-            TopicFollower(settings.bootstrap, settings.names.control, self.control.apply),
-            TopicFollower(settings.bootstrap, settings.names.telemetry,
-                          apply_telemetry(self.capacity))]
+            TopicFollower(settings.bootstrap, names.control, self.control.apply),
+            TopicFollower(settings.bootstrap, names.telemetry, apply_telemetry(self.capacity)),
+            TopicFollower(settings.bootstrap, names.quota_levels, apply_levels(self.ledger))]
 
     async def ready(self) -> None:
         await asyncio.gather(*(f.caught_up.wait() for f in self.followers))
@@ -63,22 +64,14 @@ class PipelineState:
                        topics, s.admission, self.ledger, self.capacity,
                        self.control.fallbacks)
 
-    def load_tenants(self, events) -> None:
-        """Bring bucket levels of this round's tenants in from the table (first sight)."""
-        for event in events:
-            tenant = (event.message.key or b"").decode("utf-8", "replace")
-            if tenant and tenant not in self.ledger.levels and tenant in self.levels:
-                self.ledger.levels[tenant] = load_levels(self.levels[tenant])
-
-    def save_tenants(self, events) -> None:
-        """Write changed bucket levels to the table, on the tenant's own partition."""
-        partition_of = {(e.message.key or b"").decode("utf-8", "replace"): e.message.partition
-                        for e in events}
-        for tenant in self.ledger.dirty:
-            value = dump_levels(self.ledger.levels[tenant])
-            self.levels.data[tenant] = value
-            self.levels.send_changelog(partition_of.get(tenant, 0), tenant, value)
+    def changed_levels(self) -> list[tuple[str, bytes, bytes]]:
+        """Records for the bucket levels this round changed (produced with its outputs)."""
+        topic = self.settings.names.quota_levels
+        records = [(topic, tenant.encode(),
+                    orjson.dumps(dump_levels(self.ledger.levels[tenant])))
+                   for tenant in self.ledger.dirty]
         self.ledger.dirty.clear()
+        return records
 
 
 def create_app(settings: PipelineSettings) -> faust.App:
@@ -89,7 +82,7 @@ def create_app(settings: PipelineSettings) -> faust.App:
         topic_partitions=settings.request_partitions,
         broker_session_timeout=settings.session_timeout_ms / 1000,
         broker_heartbeat_interval=settings.session_timeout_ms / 3000)
-    state = PipelineState(app, settings)
+    state = PipelineState(settings)
     app.task(_follow(state))
     for priority in PRIORITIES:
         topic = app.topic(settings.names.requests(priority), key_serializer="raw",
@@ -109,16 +102,16 @@ def _admit_agent(app: faust.App, state: PipelineState):
 
     async def admit(stream):
         known_topics = KnownTopics(settings.bootstrap)
+        log.info("agent waits for the control and telemetry views")
         await state.ready()
+        log.info("agent admits requests")
         try:
             async for events in stream.take_events(settings.take_max,
                                                    within=settings.take_within_s):
                 ctx = state.context(await known_topics.current())
-                state.load_tenants(events)
                 decisions = [decide_safely(e.message.value, _origin(e.message), ctx)
                              for e in events]
-                state.save_tenants(events)
-                await publish(app.producer, settings.names, decisions)
+                await publish(app.producer, settings.names, decisions, state.changed_levels())
         except Exception as exc:
             # Offsets of the failed round are not committed: a restart replays it.
             log.critical("pipeline agent failed, stopping the process: %r", exc)
@@ -144,9 +137,12 @@ def _origin(message) -> Origin:
                   tuple(message.headers or ()))
 
 
-async def publish(producer, names: TopicNames, decisions: list[Decision]) -> None:
-    """Produce every output of every decision, then wait for all acknowledgements."""
-    futures = []
+async def publish(producer, names: TopicNames, decisions: list[Decision],
+                  records: list[tuple[str, bytes, bytes]] = ()) -> None:
+    """Produce every output of every decision (and ``records``), then wait for all
+    acknowledgements."""
+    futures = [await producer.send(topic, key, value, None, None, None)
+               for topic, key, value in records]
     for d in decisions:
         for topic, message, trace in _outputs(names, d):
             futures.append(await producer.send(
@@ -186,5 +182,5 @@ def run(settings: PipelineSettings) -> None:
     """Run the pipeline until SIGINT/SIGTERM (faust owns the event loop)."""
     app = create_app(settings)
     metrics.serve(settings.metrics_port)
-    worker = faust.Worker(app, loglevel="WARNING", quiet=True)
+    worker = faust.Worker(app, loglevel=os.environ.get("KIP_LOG_LEVEL", "WARNING"), quiet=True)
     worker.execute_from_commandline()

@@ -36,6 +36,7 @@ class TopicFollower:
                     for record in records:
                         self._apply(record)
                 if not self.caught_up.is_set() and await _reached(consumer, ends):
+                    log.info("caught up with %s (%s)", self.topic, ends)
                     self.caught_up.set()
         finally:
             await consumer.stop()

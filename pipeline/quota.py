@@ -1,8 +1,9 @@
 """Token-bucket quotas per tenant, and per tenant x model where configured.
 
 A quota limits requests/s and payload bytes/s, each with a burst. Quotas are set through
-the control topic (``kip tenants set``); bucket levels live in a faust Table keyed by
-tenant (changelog-backed), so a restart does not hand a tenant a fresh budget.
+the control topic (``kip tenants set``); bucket levels are written to the compacted
+``quota-levels`` topic with each round's outputs and read back at start, so a restart
+does not hand a tenant a fresh budget (docs/architecture.md says why not a faust Table).
 
 ``Ledger`` is the pure part: it holds bucket levels, takes tokens for one request and
 remembers which tenants changed so the adapter can write them back to the table.
@@ -11,6 +12,8 @@ remembers which tenants changed so the adapter can write them back to the table.
 from __future__ import annotations
 
 import math
+
+import orjson
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -94,6 +97,23 @@ def _exceeded(tenant: str, scope: str, kind: str, wait_ms: int) -> QuotaExceeded
         return QuotaExceeded(f"the request is larger than the {kind} burst of {where}; "
                              "it can never pass")
     return QuotaExceeded(f"{where} is over its {kind} quota", retry_after_ms=wait_ms)
+
+
+def newest_ms(buckets: TenantBuckets) -> int:
+    return max((b.at_ms for kinds in buckets.values() for b in kinds.values()), default=-1)
+
+
+def apply_levels(ledger: Ledger):
+    """Follower callback for the quota-levels topic: keep whichever copy is newer (this
+    process's own records come back too, and must not roll a bucket back)."""
+    def apply(key: bytes | None, value: bytes | None) -> None:
+        if not key or not value:
+            return
+        tenant, levels = key.decode(), load_levels(orjson.loads(value))
+        current = ledger.levels.get(tenant)
+        if current is None or newest_ms(levels) > newest_ms(current):
+            ledger.levels[tenant] = levels
+    return apply
 
 
 def dump_levels(buckets: TenantBuckets) -> dict:

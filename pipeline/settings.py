@@ -19,8 +19,8 @@ class PipelineSettings(KipSettings):
     admission: AdmissionPolicy = Field(
         default_factory=AdmissionPolicy,
         description="payload limits, default deadlines, wait budgets per class (JSON)")
-    request_partitions: int = Field(3, description="partitions of each request topic; "
-                                    "the quota table is partitioned alike")
+    request_partitions: int = Field(3, description="partitions of faust's own topics; keep "
+                                    "equal to the request topics' partition count")
     session_timeout_ms: int = Field(
         10_000, description="consumer-group session timeout: how soon a dead pipeline "
         "process's partitions move to another")

@@ -47,5 +47,7 @@ def catalogue(names: TopicNames, models: list[str], partitions: int = 3) -> list
                   "model routes, tenant policies, rollout state", _compact()),
         TopicSpec(names.telemetry, 1, "worker id",
                   "loaded models, queue depth, throughput per worker", _compact()),
+        TopicSpec(names.quota_levels, 1, "tenant",
+                  "token-bucket levels, so quotas survive a pipeline restart", _compact()),
     ]
     return specs

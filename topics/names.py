@@ -39,6 +39,10 @@ class TopicNames:
         return f"{self.prefix}.control"
 
     @property
+    def quota_levels(self) -> str:
+        return f"{self.prefix}.quota-levels"
+
+    @property
     def telemetry(self) -> str:
         return f"{self.prefix}.telemetry"
 

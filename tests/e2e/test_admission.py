@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import urllib.request
 
 import numpy as np
@@ -56,8 +57,11 @@ def test_quota_state_survives_a_pipeline_restart(stack):
     before = _codes(asyncio.run(_burst(stack, "restart-k1", 4)))
     assert sorted(before) == ["QUOTA_EXCEEDED", "ok", "ok", "ok"]
     asyncio.run(asyncio.sleep(1))   # the table's changelog write is sent in the background
-    stack.restart(0)
+    stopped_s = stack.restart(0)
+    t = time.monotonic()
     after = asyncio.run(_burst(stack, "restart-k1", 1))
+    print(f"pipeline stopped in {stopped_s:.1f}s; first result after restart in "
+          f"{time.monotonic() - t:.1f}s")
     assert _codes(after) == ["QUOTA_EXCEEDED"]
     assert _codes(asyncio.run(_burst(stack, "modest-k1", 1))) == ["ok"]
 
