@@ -46,7 +46,8 @@ async def pipeline_run(stack: DevStack, texts: list[str]) -> dict:
     async with KipClient(stack.bootstrap, tenant=key.tenant, key_id=DEV_KEY_ID,
                          secret=key.secret.get_secret_value(),
                          topic_prefix=stack.prefix) as kip:
-        warm = await kip.infer("minilm", {"text": ["warm-up"]}, timeout_s=120)
+        warm = await kip.infer("minilm", {"text": ["warm-up"]}, priority="batch",
+                              timeout_s=120)
         assert warm.status == "ok", warm
         sent_at, latencies = {}, []
         start = time.perf_counter()

@@ -85,7 +85,8 @@ async def _stack(registry: Path, threads: int, background: int, pin: bool):
             async with KipClient(stack.bootstrap, tenant=key.tenant, key_id=DEV_KEY_ID,
                                  secret=key.secret.get_secret_value(),
                                  topic_prefix=stack.prefix) as client:
-                await client.infer("minilm", {"text": ["warm-up"]}, timeout_s=120)
+                await client.infer("minilm", {"text": ["warm-up"]}, priority="batch",
+                                   timeout_s=120)
                 await asyncio.sleep(2)   # a first telemetry report reaches the pipeline
                 yield client
         finally:

@@ -31,7 +31,9 @@ async def _warm_up(client: KipClient, log) -> None:
     for model, inputs in (("minilm", {"text": ["warm-up"]}),
                           ("digits", {"pixels": np.zeros((1, 64), np.float32)})):
         try:
-            result = await client.infer(model, inputs, priority="interactive",
+            # batch class: its default deadline outlasts a cold start (interactive's 2 s
+            # would expire while consumer groups are still forming)
+            result = await client.infer(model, inputs, priority="batch",
                                         timeout_s=WARMUP_TIMEOUT_S)
         except TimeoutError:
             raise RuntimeError(f"no result from model {model} within {WARMUP_TIMEOUT_S:.0f}s: "
