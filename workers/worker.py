@@ -152,7 +152,11 @@ class Worker:
                 continue
             started = time.monotonic()
             await self.process(records, consumer, executor)
-            self.throughput.record(len(records), time.monotonic() - started)
+            if len(records) >= max(1, self.max_batch // 2):
+                # Only well-filled batches say what the worker can do: a lone request's
+                # rate is mostly fixed cost and would make admission refuse bursts that
+                # batching would serve at once. Until then capacity reads "unknown".
+                self.throughput.record(len(records), time.monotonic() - started)
             if background:
                 self.prioritizer.served({self.topic_class[r.topic] for r in records})
 
