@@ -81,7 +81,8 @@ def main() -> int:
         broker.start()
         stack = DevStack(home=Path(tmp), bootstrap_servers=broker.bootstrap, prefix="bench",
                          registry_dir=Path(".kip/registry"), metrics_base_port=0,
-                         worker_env={"KIP_MAX_BATCH": "32", "KIP_MAX_DELAY_MS": "5"})
+                         worker_env={"KIP_MAX_BATCH": "32", "KIP_MAX_DELAY_MS": "5",
+                                     "KIP_BACKGROUND_MAX_BATCH": "32"})
         try:
             stack.prepare()
             mv = stack.registry.resolve("minilm")
