@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Mapping
 
 import numpy as np
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from schemas.codec import decode, encode, headers, now_ms
 from schemas.errors import InvalidRequest
@@ -24,6 +24,7 @@ from schemas.signing import sign
 from schemas.tensors import Tensor
 from topics.catalogue import MAX_MESSAGE_BYTES
 from topics.names import TopicNames
+from topics.reading import assign_all
 
 Inputs = list[Tensor] | Mapping[str, np.ndarray | list[str]]
 
@@ -126,16 +127,9 @@ class KipClient:
             self._pending.pop(request.request_id, None)
 
     async def _listen_from_now(self, topic: str) -> None:
-        partitions = self._consumer.partitions_for_topic(topic)
-        if not partitions:
-            await self._consumer._client.force_metadata_update()
-            partitions = self._consumer.partitions_for_topic(topic)
-        if not partitions:
-            raise RuntimeError(f"reply topic {topic} does not exist: run `kip topics apply`")
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        self._consumer.assign(tps)
+        tps = await assign_all(self._consumer, topic, what="reply topic")
         await self._consumer.seek_to_end(*tps)
-        for tp in tps:
+        for tp in tps:   # resolve the positions now, before any request is sent
             await self._consumer.position(tp)
 
     async def _read_results(self) -> None:

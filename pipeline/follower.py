@@ -11,7 +11,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
+
+from topics.reading import assign_all, reached
 
 log = logging.getLogger("kip.pipeline")
 Apply = Callable[[bytes | None, bytes | None], None]
@@ -28,30 +30,19 @@ class TopicFollower:
                                     enable_auto_commit=False, isolation_level="read_committed")
         await consumer.start()
         try:
-            tps = await self._assign(consumer)
+            tps = await assign_all(consumer, self.topic)
+            await consumer.seek_to_beginning(*tps)
             ends = await consumer.end_offsets(tps)
             while True:
                 batches = await consumer.getmany(timeout_ms=200, max_records=1000)
                 for records in batches.values():
                     for record in records:
                         self._apply(record)
-                if not self.caught_up.is_set() and await _reached(consumer, ends):
+                if not self.caught_up.is_set() and await reached(consumer, ends):
                     log.info("caught up with %s (%s)", self.topic, ends)
                     self.caught_up.set()
         finally:
             await consumer.stop()
-
-    async def _assign(self, consumer: AIOKafkaConsumer) -> list[TopicPartition]:
-        partitions = consumer.partitions_for_topic(self.topic)
-        if not partitions:
-            await consumer._client.force_metadata_update()
-            partitions = consumer.partitions_for_topic(self.topic) or set()
-        if not partitions:
-            raise RuntimeError(f"topic {self.topic} does not exist: run `kip topics apply`")
-        tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        return tps
 
     def _apply(self, record) -> None:
         try:
@@ -59,10 +50,3 @@ class TopicFollower:
         except Exception:   # a bad control record must not stop the view
             log.exception("ignored an unusable record at %s[%d]@%d", record.topic,
                           record.partition, record.offset)
-
-
-async def _reached(consumer: AIOKafkaConsumer, ends: dict) -> bool:
-    for tp, end in ends.items():
-        if await consumer.position(tp) < end:
-            return False
-    return True

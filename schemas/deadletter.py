@@ -8,10 +8,10 @@ import re
 import orjson
 
 from schemas.errors import KipError
-from schemas.messages import DeadLetterRecord
+from schemas.messages import ID_PATTERN, DeadLetterRecord
 
 PAYLOAD_KEPT_BYTES = 64 * 1024
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$")
+_ID = re.compile(ID_PATTERN)
 
 
 def dead_letter(payload: bytes, topic: str, partition: int, offset: int, err: KipError,

@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from schemas.tensors import Tensor
 
 SCHEMA_VERSION = 1
-_ID = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"   # request ids, tenants, key ids
+_ID = ID_PATTERN
 _MODEL = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}(@[0-9a-f]{1,64})?$"
 _TRACEPARENT = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 _TOPIC = r"^[A-Za-z0-9._\-]{1,249}$"

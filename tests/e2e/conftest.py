@@ -8,13 +8,14 @@ import uuid
 
 import numpy as np
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 
 from kip.broker import free_port
 from kip.client import KipClient
 from kip.devstack import DevStack
 from pipeline.access import AccessConfig, ApiKey, TenantPolicy
 from schemas import AuditRecord, DeadLetterRecord, InferenceResult, decode
+from topics.reading import assign_all, reached
 
 SECRETS = {"acme-k1": "acme-secret", "lim-k1": "lim-secret", "greedy-k1": "greedy-secret",
            "modest-k1": "modest-secret", "restart-k1": "restart-secret"}
@@ -75,27 +76,16 @@ async def read_topic(bootstrap: str, topic: str) -> list:
                                 isolation_level="read_committed", enable_auto_commit=False)
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []]
-        if not tps:
-            await consumer._client.force_metadata_update()
-            tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
-        consumer.assign(tps)
+        tps = await assign_all(consumer, topic)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
         records = []
-        while await _behind(consumer, ends):
+        while not await reached(consumer, ends):
             for batch in (await consumer.getmany(timeout_ms=500)).values():
                 records += batch
         return records
     finally:
         await consumer.stop()
-
-
-async def _behind(consumer: AIOKafkaConsumer, ends: dict) -> bool:
-    for tp, end in ends.items():
-        if await consumer.position(tp) < end:
-            return True
-    return False
 
 
 async def outputs_of(s: DevStack, request_id: str, settle_s: float = 0.5) -> dict[str, list]:

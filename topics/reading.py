@@ -1,0 +1,31 @@
+"""Reading a whole topic without a consumer group: assign every partition, know the end.
+
+Used by the client (results from now on), the pipeline's followers (compacted topics
+from the beginning) and the tests (everything committed so far).
+"""
+
+from __future__ import annotations
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+
+async def assign_all(consumer: AIOKafkaConsumer, topic: str, what: str = "topic"
+                     ) -> list[TopicPartition]:
+    """Assign every partition of ``topic``; a missing topic says how to create it."""
+    partitions = consumer.partitions_for_topic(topic)
+    if not partitions:   # metadata may predate the topic: ask once more
+        await consumer._client.force_metadata_update()
+        partitions = consumer.partitions_for_topic(topic)
+    if not partitions:
+        raise RuntimeError(f"{what} {topic} does not exist: run `kip topics apply`")
+    tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+    consumer.assign(tps)
+    return tps
+
+
+async def reached(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int]) -> bool:
+    """Whether the consumer's position is at or past ``ends`` on every partition."""
+    for tp, end in ends.items():
+        if await consumer.position(tp) < end:
+            return False
+    return True
