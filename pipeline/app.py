@@ -1,13 +1,16 @@
 """The faust-streaming adapter: requests topics -> ``decide`` -> work / result topics.
 
-Delivery: at-least-once. A round of up to ``take_max`` events is decided, every output
-(work item or result, audit record, dead letter) is produced, and the round waits for
-all acknowledgements (acks=all) before faust may commit the round's offsets.
+Delivery: exactly-once for read_committed readers. A round of up to ``take_max`` events
+is decided; then, for each input partition, one Kafka transaction carries every output
+of its events (work item or result, audit record, dead letter) and the partition's next
+offset for faust's consumer group (topics/transactions.py). faust's own offset commits
+are switched off (``TransactionalConsumer``): kip commits offsets only inside those
+transactions. Why not faust's ``exactly_once`` mode: docs/architecture.md.
 
 State: quota settings and fallbacks come from the control topic, capacity from the
 telemetry topic, bucket levels from the quota-levels topic; each is followed by a
 background task that must have caught up before the first round is decided. Changed
-bucket levels are produced with the round's outputs, acknowledged before its offsets.
+bucket levels are produced in the round's first transaction.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import os
 
 import faust
 import orjson
+from aiokafka import TopicPartition
+from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
 
 from kip import metrics
 from pipeline.access import AccessConfig
@@ -33,6 +38,7 @@ from schemas.codec import encode, headers, now_ms
 from schemas.errors import Internal
 from schemas.messages import DeadLetterRecord, WorkItem
 from topics.names import PRIORITIES, TopicNames
+from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
 
 log = logging.getLogger("kip.pipeline")
 
@@ -64,11 +70,11 @@ class PipelineState:
                        topics, s.admission, self.ledger, self.capacity,
                        self.control.fallbacks)
 
-    def changed_levels(self) -> list[tuple[str, bytes, bytes]]:
+    def changed_levels(self) -> list[tuple[str, bytes, bytes, list]]:
         """Records for the bucket levels this round changed (produced with its outputs)."""
         topic = self.settings.names.quota_levels
         records = [(topic, tenant.encode(),
-                    orjson.dumps(dump_levels(self.ledger.levels[tenant])))
+                    orjson.dumps(dump_levels(self.ledger.levels[tenant])), [])
                    for tenant in self.ledger.dirty]
         self.ledger.dirty.clear()
         return records
@@ -82,6 +88,7 @@ def create_app(settings: PipelineSettings) -> faust.App:
         topic_partitions=settings.request_partitions,
         broker_session_timeout=settings.session_timeout_ms / 1000,
         broker_heartbeat_interval=settings.session_timeout_ms / 3000)
+    app.transport.Consumer = TransactionalConsumer
     state = PipelineState(settings)
     app.task(_follow(state))
     for priority in PRIORITIES:
@@ -89,6 +96,14 @@ def create_app(settings: PipelineSettings) -> faust.App:
                           value_serializer="raw")
         app.agent(topic, name=f"admit-{priority.value}")(_admit_agent(app, state))
     return app
+
+
+class TransactionalConsumer(FaustConsumer):
+    """faust's consumer with its offset commits switched off: the admit agent commits
+    each partition's offset inside the transaction that carries its outputs."""
+
+    async def _commit(self, offsets) -> bool:
+        return True
 
 
 def _follow(state: PipelineState):
@@ -102,6 +117,16 @@ def _admit_agent(app: faust.App, state: PipelineState):
 
     async def admit(stream):
         known_topics = KnownTopics(settings.bootstrap)
+        transactions = PartitionTransactions(   # this agent's partitions only
+            settings.bootstrap, app.conf.id,
+            transaction_timeout_ms(settings.session_timeout_ms),
+            owned=lambda tp: tp in app.consumer.assignment())
+
+        @app.on_partitions_revoked.connect
+        async def release(sender, revoked, **kwargs) -> None:
+            for tp in revoked:
+                await transactions.release(TopicPartition(tp.topic, tp.partition))
+
         log.info("agent waits for the control and telemetry views")
         await state.ready()
         log.info("agent admits requests")
@@ -111,7 +136,8 @@ def _admit_agent(app: faust.App, state: PipelineState):
                 ctx = state.context(await known_topics.current())
                 decisions = [decide_safely(e.message.value, _origin(e.message), ctx)
                              for e in events]
-                await publish(app.producer, settings.names, decisions, state.changed_levels())
+                await publish(transactions, settings.names, events, decisions,
+                              state.changed_levels())
         except Exception as exc:
             # Offsets of the failed round are not committed: a restart replays it.
             log.critical("pipeline agent failed, stopping the process: %r", exc)
@@ -119,6 +145,7 @@ def _admit_agent(app: faust.App, state: PipelineState):
             raise
         finally:
             await known_topics.close()
+            await transactions.close()
     return admit
 
 
@@ -137,20 +164,23 @@ def _origin(message) -> Origin:
                   tuple(message.headers or ()))
 
 
-async def publish(producer, names: TopicNames, decisions: list[Decision],
-                  records: list[tuple[str, bytes, bytes]] = ()) -> None:
-    """Produce every output of every decision (and ``records``), then wait for all
-    acknowledgements."""
-    futures = [await producer.send(topic, key, value, None, None, None)
-               for topic, key, value in records]
-    for d in decisions:
-        for topic, message, trace in _outputs(names, d):
-            futures.append(await producer.send(
-                topic, message_key(message), encode(message), None, None,
-                headers(message, trace)))
-    await asyncio.gather(*futures)
-    for d in decisions:
-        _count(d)
+async def publish(transactions: PartitionTransactions, names: TopicNames, events: list,
+                  decisions: list[Decision], records: list = ()) -> None:
+    """Commit each input partition's outputs with its offset (``records``, the changed
+    quota levels, ride in the first transaction); count what was committed."""
+    entries: dict[TopicPartition, list[tuple[Entry, Decision]]] = {}
+    for event, d in zip(events, decisions):
+        m = event.message
+        entry = Entry(m.offset, [(topic, message_key(msg), encode(msg), headers(msg, trace))
+                                 for topic, msg, trace in _outputs(names, d)])
+        entries.setdefault(TopicPartition(m.topic, m.partition), []).append((entry, d))
+    if entries and records:
+        next(iter(entries.values()))[-1][0].outputs.extend(records)
+    done = await asyncio.gather(*(transactions.commit(tp, [e for e, _ in pairs])
+                                  for tp, pairs in entries.items()))
+    for pairs, committed in zip(entries.values(), done):
+        for _, d in pairs if committed else ():
+            _count(d)
 
 
 def message_key(message) -> bytes:

@@ -5,10 +5,16 @@ standard and batch topics (batch paused while standard has backlog, with aging).
 lane has its own connection and inference thread, so an interactive request never waits
 behind fetched or running batch work; the background thread runs at a lower OS priority.
 
-Delivery: at-least-once. For each micro-batch the worker produces every
-result and final audit record, waits for all acknowledgements (acks=all, idempotent
-producer), and only then commits the batch's offsets. A crash between the two replays
-the batch; issue 4 turns this into Kafka transactions.
+Delivery: exactly-once for read_committed readers. A batch's results, final audit
+records and dead letters leave in one Kafka transaction per input partition, together
+with that partition's next offset (topics/transactions.py): a crash, a pause past the
+session timeout or a rebalance either commits all of it or none of it, and a fenced
+zombie's outputs are never visible. Inference runs in executor threads, so the event
+loop keeps heartbeating however long a batch takes.
+
+Poison: an undecodable work item, or a request whose inference fails on its own (the
+batch is retried request by request to find it), ends as a failed result plus a
+dead-letter record in the same transaction; the partition moves on.
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ import logging
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import (AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener,
+                      TopicPartition)
 from aiokafka.structs import ConsumerRecord
 
 from kip import metrics
@@ -33,6 +41,8 @@ from schemas.messages import (AuditRecord, InferenceResult, Priority, Status, Ti
                               WorkItem)
 from topics.catalogue import MAX_MESSAGE_BYTES
 from topics.names import PRIORITIES
+from topics.transactions import (Entry, PartitionTransactions, by_partition,
+                                 transaction_timeout_ms)
 from workers.batcher import next_batch
 from workers.outcome import Stamps, terminal
 from workers.priority import Prioritizer, backlog_by_class
@@ -43,6 +53,33 @@ from workers.telemetry import Throughput, report, worker_id
 log = logging.getLogger("kip.worker")
 _RANK = {Priority.INTERACTIVE: 0, Priority.STANDARD: 1, Priority.BATCH: 2}
 Output = tuple[str, bytes, object, str | None]   # topic, key, message, traceparent
+Pair = tuple[ConsumerRecord, WorkItem]
+
+
+@dataclass
+class Lane:
+    """One consumer-group member with its inference thread and transactions."""
+
+    name: str
+    consumer: AIOKafkaConsumer
+    executor: ThreadPoolExecutor
+    transactions: PartitionTransactions
+    busy: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class _Revocations(ConsumerRebalanceListener):
+    """Finish the batch in flight, then drop the revoked partitions' producers."""
+
+    def __init__(self) -> None:
+        self.lane: Lane | None = None
+
+    async def on_partitions_revoked(self, revoked) -> None:
+        async with self.lane.busy:
+            for tp in revoked:
+                await self.lane.transactions.release(tp)
+
+    async def on_partitions_assigned(self, assigned) -> None:
+        pass
 
 
 class Worker:
@@ -52,57 +89,68 @@ class Worker:
         self.registry = Registry(settings.registry_dir)
         self.model = self.registry.resolve(settings.model).manifest.name
         self.sessions: dict[str, ModelSession] = {}
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kip-infer")
-        self.background_executor = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="kip-infer-background",
-            initializer=_lower_thread_priority)
         self._loading = asyncio.Lock()
-        self.consumer: AIOKafkaConsumer | None = None   # standard and batch
-        self.urgent: AIOKafkaConsumer | None = None     # interactive
+        self.lanes: list[Lane] = []
         self.topic_class: dict[str, Priority] = {}
-        self.producer: AIOKafkaProducer | None = None
+        self.producer: AIOKafkaProducer | None = None   # telemetry only
         self.id = worker_id(self.model)
         self.throughput = Throughput()
         self.prioritizer: Prioritizer | None = None
-        self._committed: dict[TopicPartition, int] = {}
         self._tasks: list[asyncio.Task] = []
+
+    @property
+    def executor(self) -> ThreadPoolExecutor | None:
+        """The interactive lane's inference thread (models load on it too)."""
+        return self.lanes[0].executor if self.lanes else None
 
     async def start(self) -> None:
         if self._tasks:
             return
+        work = {p: self.names.work(self.model, p) for p in PRIORITIES}
+        self.topic_class = {t: p for p, t in work.items()}
+        # Two lanes, two connections: interactive records are fetched the moment they
+        # arrive, never held behind a fetch or buffer of batch records.
+        self.lanes = [
+            self._lane_for("interactive", [work[Priority.INTERACTIVE]],
+                           ThreadPoolExecutor(1, thread_name_prefix="kip-infer")),
+            self._lane_for("", [work[Priority.STANDARD], work[Priority.BATCH]],
+                           ThreadPoolExecutor(1, thread_name_prefix="kip-infer-background",
+                                              initializer=_lower_thread_priority))]
         alias = self.registry.resolve(self.settings.model)
         await self._session(alias.manifest.name, alias.manifest.version)
         self.producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.bootstrap, acks="all", enable_idempotence=True,
-            max_request_size=MAX_MESSAGE_BYTES, client_id=f"kip-worker-{self.model}")
-        work = {p: self.names.work(self.model, p) for p in PRIORITIES}
-        # Two consumers, two connections: interactive records are fetched the moment
-        # they arrive, never held behind a fetch or buffer of batch records.
-        self.urgent = self._consumer([work[Priority.INTERACTIVE]], "interactive")
-        self.consumer = self._consumer([work[Priority.STANDARD], work[Priority.BATCH]], "")
+            bootstrap_servers=self.settings.bootstrap, acks="all",
+            client_id=f"kip-worker-{self.model}")
         await self.producer.start()
-        await self.urgent.start()
-        await self.consumer.start()
-        self.topic_class = {t: p for p, t in work.items()}
-        self.prioritizer = Prioritizer(self.consumer, self.topic_class,
+        for lane in self.lanes:
+            await lane.consumer.start()
+        urgent, background = self.lanes
+        self.prioritizer = Prioritizer(background.consumer, self.topic_class,
                                        self.settings.max_class_wait_ms)
         self._tasks = [
-            asyncio.create_task(self._lane(self.urgent, self.executor),
-                                name=f"kip-worker-{self.model}-interactive"),
-            asyncio.create_task(self._lane(self.consumer, self.background_executor),
-                                name=f"kip-worker-{self.model}-background"),
+            asyncio.create_task(self._loop(urgent), name=f"kip-worker-{self.model}-interactive"),
+            asyncio.create_task(self._loop(background), name=f"kip-worker-{self.model}-background"),
             asyncio.create_task(self._report(), name=f"kip-telemetry-{self.model}")]
 
-    def _consumer(self, topics: list[str], lane: str) -> AIOKafkaConsumer:
-        group = f"{self.names.prefix}.workers.{self.model}" + (f".{lane}" if lane else "")
-        return AIOKafkaConsumer(
-            *topics, bootstrap_servers=self.settings.bootstrap, group_id=group,
+    def _lane_for(self, name: str, topics: list[str], executor: ThreadPoolExecutor) -> Lane:
+        group = f"{self.names.prefix}.workers.{self.model}" + (f".{name}" if name else "")
+        s = self.settings
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap, group_id=group,
             enable_auto_commit=False, auto_offset_reset="earliest",
             isolation_level="read_committed",
-            session_timeout_ms=self.settings.session_timeout_ms,
-            heartbeat_interval_ms=self.settings.session_timeout_ms // 3,
+            session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.session_timeout_ms // 3,
             max_partition_fetch_bytes=MAX_MESSAGE_BYTES + 1024 * 1024,
             fetch_max_bytes=4 * MAX_MESSAGE_BYTES)
+        transactions = PartitionTransactions(
+            s.bootstrap, group, transaction_timeout_ms(s.session_timeout_ms),
+            owned=lambda tp: tp in consumer.assignment())
+        lane = Lane(name or "background", consumer, executor, transactions)
+        listener = _Revocations()
+        listener.lane = lane
+        consumer.subscribe(topics, listener=listener)
+        return lane
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
@@ -112,12 +160,13 @@ class Worker:
         if tasks and self.producer is not None:   # leave the capacity view at once
             await self.producer.send_and_wait(self.names.telemetry, None,
                                               key=self.id.encode())
-        for client in (self.urgent, self.consumer, self.producer):
-            if client is not None:
-                await client.stop()
-        self.urgent = self.consumer = self.producer = None
-        self.executor.shutdown(wait=True)
-        self.background_executor.shutdown(wait=True)
+        for lane in self.lanes:
+            await lane.consumer.stop()
+            await lane.transactions.close()
+            lane.executor.shutdown(wait=True)
+        if self.producer is not None:
+            await self.producer.stop()
+        self.lanes, self.producer = [], None
 
     async def wait(self) -> None:
         """Until a loop ends (they only end by an error or ``stop``)."""
@@ -139,19 +188,21 @@ class Worker:
             return self.settings.max_batch
         return max(s.manifest.max_batch for s in self.sessions.values())
 
-    async def _lane(self, consumer: AIOKafkaConsumer, executor: ThreadPoolExecutor) -> None:
+    async def _loop(self, lane: Lane) -> None:
         """One lane's loop. The interactive lane and the standard/batch lane run side by
         side, each with its own consumer and inference thread; the background thread runs
         at a lower OS priority, so interactive inference takes the CPU first."""
-        background = consumer is self.consumer
+        background = lane is self.lanes[1]
         while True:
             if background:
                 await self.prioritizer.apply()
-            records = await next_batch(consumer, self.max_batch, self.settings.max_delay_ms)
+            records = await next_batch(lane.consumer, self.max_batch,
+                                       self.settings.max_delay_ms)
             if not records:
                 continue
             started = time.monotonic()
-            await self.process(records, consumer, executor)
+            async with lane.busy:
+                await self.process(records, lane)
             if len(records) >= max(1, self.max_batch // 2):
                 # Only well-filled batches say what the worker can do: a lone request's
                 # rate is mostly fixed cost and would make admission refuse bursts that
@@ -164,8 +215,9 @@ class Worker:
         """Telemetry every ``telemetry_interval_s``: capacity, backlog, memory."""
         while True:
             sessions = list(self.sessions.values())
-            backlog = (await backlog_by_class(self.urgent, self.topic_class)
-                       | await backlog_by_class(self.consumer, self.topic_class))
+            backlog: dict[Priority, int] = {}
+            for lane in self.lanes:
+                backlog |= await backlog_by_class(lane.consumer, self.topic_class)
             message = report(self.id, self.model, [s.manifest.version for s in sessions],
                              sessions[0].provider if sessions else "", self.throughput,
                              backlog, now_ms())
@@ -173,91 +225,113 @@ class Worker:
                                               key=self.id.encode(), headers=headers(message))
             await asyncio.sleep(self.settings.telemetry_interval_s)
 
-    async def process(self, records: list[ConsumerRecord],
-                      consumer: AIOKafkaConsumer | None = None,
-                      executor: ThreadPoolExecutor | None = None) -> None:
-        """Outputs for every record, all acknowledged, then the offsets committed.
+    async def process(self, records: list[ConsumerRecord], lane: Lane) -> None:
+        """Outputs for every record, committed with the records' offsets.
 
-        Groups run highest class first and their results leave as soon as they are
-        computed. Lower classes run in chunks of ``background_max_batch`` rows, which
-        bounds how long one inference call holds the device.
+        Classes run highest first, and each class's partitions commit as soon as its
+        requests are answered. Lower classes run in chunks of ``background_max_batch``
+        rows, which bounds how long one inference call holds the device.
         """
         pulled = float(now_ms())
-        sent: list[asyncio.Future] = []
-        items: list[WorkItem] = []
+        by_class: dict[Priority, list[ConsumerRecord]] = defaultdict(list)
         for record in records:
-            try:
-                items.append(decode(WorkItem, record.value))
-            except InvalidRequest as err:
-                sent += await self._send(self._undecodable(record, err))
-        for (name, version, _), group in self._groups(items):
-            outputs = await self._infer(name, version, group, pulled, executor or self.executor)
-            sent += await self._send(outputs)
-        await asyncio.gather(*sent)
-        await self._commit(records, consumer or self.consumer)
+            by_class[self.topic_class[record.topic]].append(record)
+        for priority in sorted(by_class, key=_RANK.__getitem__):
+            outputs: dict[int, list[Output]] = {}
+            pairs: list[Pair] = []
+            for record in by_class[priority]:
+                try:
+                    pairs.append((record, decode(WorkItem, record.value)))
+                except InvalidRequest as err:
+                    outputs[id(record)] = self._undecodable(record, err)
+            for (name, version), group in self._groups(pairs, priority):
+                for record, outs in await self._infer(name, version, group, pulled, lane):
+                    outputs[id(record)] = outs
+            await self._commit(lane, by_class[priority], outputs)
 
-    def _groups(self, items: list[WorkItem]):
-        """(model, version, class) groups in class order; lower classes in chunks."""
-        groups: dict[tuple[str, str, Priority], list[WorkItem]] = defaultdict(list)
-        for item in sorted(items, key=lambda i: _RANK[i.request.priority]):
-            r = item.route
-            groups[(r.model_name, r.model_version, item.request.priority)].append(item)
+    def _groups(self, pairs: list[Pair], priority: Priority):
+        """(model, version) groups of one class; lower classes in chunks."""
+        groups: dict[tuple[str, str], list[Pair]] = defaultdict(list)
+        for pair in pairs:
+            r = pair[1].route
+            groups[(r.model_name, r.model_version)].append(pair)
         chunk = self.settings.background_max_batch
         for key, group in groups.items():
-            size = len(group) if key[2] == Priority.INTERACTIVE else chunk
+            size = len(group) if priority == Priority.INTERACTIVE else chunk
             for i in range(0, len(group), size):
                 yield key, group[i:i + size]
 
-    async def _commit(self, records: list[ConsumerRecord], consumer: AIOKafkaConsumer
-                      ) -> None:
-        """Commit past ``records``, never behind what a nested round already committed."""
-        offsets = {tp: o for tp, o in _next_offsets(records).items()
-                   if o > self._committed.get(tp, -1)}
-        if offsets:
-            await consumer.commit(offsets)
-            self._committed.update(offsets)
+    async def _commit(self, lane: Lane, records: list[ConsumerRecord],
+                      outputs: dict[int, list[Output]]) -> None:
+        """One transaction per input partition. A partition lost meanwhile is not ours to
+        commit: its new owner answers those records, and we do not count them."""
+        groups = by_partition(records, lambda r: TopicPartition(r.topic, r.partition))
+        done = await asyncio.gather(*(
+            lane.transactions.commit(tp, [Entry(r.offset, _records(outputs[id(r)]))
+                                          for r in rs])
+            for tp, rs in groups.items()))
+        for rs, committed in zip(groups.values(), done):
+            for r in rs if committed else ():
+                _observe(outputs[id(r)])
 
-    def _drop_expired(self, group: list[WorkItem], pulled: float
-                      ) -> tuple[list[WorkItem], list[Output]]:
+    def _drop_expired(self, group: list[Pair], pulled: float
+                      ) -> tuple[list[Pair], list[tuple[ConsumerRecord, list[Output]]]]:
         """Split off requests whose deadline has passed: no inference runs for them."""
         now = now_ms()
-        live = [i for i in group if i.deadline_ms > now]
+        live = [p for p in group if p[1].deadline_ms > now]
         expired = DeadlineExceeded("the deadline passed before inference started")
-        outputs = [o for i in group if i.deadline_ms <= now
-                   for o in self._terminal(i, Stamps(pulled), error=expired)]
-        return live, outputs
+        answered = [(r, self._terminal(i, Stamps(pulled), error=expired))
+                    for r, i in group if i.deadline_ms <= now]
+        return live, answered
 
-    async def _infer(self, name: str, version: str, group: list[WorkItem], pulled: float,
-                     executor: ThreadPoolExecutor) -> list[Output]:
+    async def _infer(self, name: str, version: str, group: list[Pair], pulled: float,
+                     lane: Lane) -> list[tuple[ConsumerRecord, list[Output]]]:
         try:
             session = await self._session(name, version)
         except KipError as err:
-            return [o for i in group for o in self._terminal(i, Stamps(pulled), error=err)]
-        group, outputs = self._drop_expired(group, pulled)
+            return [(r, self._terminal(i, Stamps(pulled), error=err)) for r, i in group]
+        group, answered = self._drop_expired(group, pulled)
         if not group:
-            return outputs
-        return outputs + await self._run(session, group, pulled, executor)
+            return answered
+        return answered + await self._run(session, group, pulled, lane.executor)
 
-    async def _run(self, session: ModelSession, group: list[WorkItem], pulled: float,
-                   executor: ThreadPoolExecutor) -> list[Output]:
+    async def _run(self, session: ModelSession, group: list[Pair], pulled: float,
+                   executor: ThreadPoolExecutor) -> list[tuple[ConsumerRecord, list[Output]]]:
+        """Run a batch; if it fails, run its requests one by one, so that only a poison
+        request fails (with a dead letter) and the rest are served."""
         name = session.manifest.name
-        stamps = Stamps(pulled, batch_size=sum(i.request.inputs[0].shape[0] for i in group))
+        stamps = Stamps(pulled, batch_size=sum(i.request.inputs[0].shape[0] for _, i in group))
         try:
             stamps.started_ms = time.time() * 1000
             per_request = await asyncio.get_running_loop().run_in_executor(
-                executor, session.run, [i.request.inputs for i in group])
+                executor, session.run, [i.request.inputs for _, i in group])
             stamps.finished_ms = time.time() * 1000
-        except KipError as err:
-            return [o for i in group for o in self._terminal(i, stamps, error=err)]
-        except Exception as exc:  # a defect: still one terminal result per request
-            log.exception("inference on %s failed", name)
-            err = Internal(f"{type(exc).__name__}: {exc}")
-            return [o for i in group for o in self._terminal(i, stamps, error=err)]
+        except Exception as exc:
+            if len(group) > 1:
+                log.warning("batch of %d on %s failed (%s); retrying one by one",
+                            len(group), name, exc)
+                return [out for pair in group
+                        for out in await self._run(session, [pair], pulled, executor)]
+            return [self._poison(group[0], stamps, exc)]
         metrics.BATCH_SIZE.labels(name).observe(stamps.batch_size)
         metrics.LATENCY.labels("inference", "", name).observe(
             (stamps.finished_ms - stamps.started_ms) / 1000)
-        return [o for i, out in zip(group, per_request)
-                for o in self._terminal(i, stamps, outputs=out)]
+        return [(r, self._terminal(i, stamps, outputs=out))
+                for (r, i), out in zip(group, per_request)]
+
+    def _poison(self, pair: Pair, stamps: Stamps, exc: Exception
+                ) -> tuple[ConsumerRecord, list[Output]]:
+        """A request whose inference fails on its own: failed result plus dead letter."""
+        record, item = pair
+        if isinstance(exc, KipError):
+            err = exc
+        else:   # a defect: still one terminal result
+            log.error("inference on %s raised %r", item.route.model_name, exc)
+            err = Internal(f"{type(exc).__name__}: {exc}")
+        dead = dead_letter(record.value, record.topic, record.partition, record.offset,
+                           err, now_ms())
+        return record, [*self._terminal(item, stamps, error=err),
+                        (self.names.deadletter, record.topic.encode(), dead, None)]
 
     async def _session(self, name: str, version: str) -> ModelSession:
         key = f"{name}@{version}"
@@ -279,9 +353,7 @@ class Worker:
 
     def _terminal(self, item: WorkItem, stamps: Stamps, outputs=None, error=None
                   ) -> list[Output]:
-        now = now_ms()
-        result, audit = terminal(item, stamps, now, outputs, error)
-        _observe(result)
+        result, audit = terminal(item, stamps, now_ms(), outputs, error)
         reply_to = item.request.reply_to or self.names.results
         key = item.request.request_id.encode()
         trace = item.request.traceparent
@@ -303,14 +375,19 @@ class Worker:
         return [(self.names.results, key, result, None), (self.names.audit, key, audit, None),
                 (self.names.deadletter, record.topic.encode(), dead, None)]
 
-    async def _send(self, outputs: list[Output]) -> list[asyncio.Future]:
-        """Hand outputs to the producer; the returned futures resolve on acknowledgement."""
-        return [await self.producer.send(topic, encode(msg), key=key,
-                                         headers=headers(msg, trace))
-                for topic, key, msg, trace in outputs]
+
+def _records(outputs: list[Output]) -> list:
+    """Outputs as (topic, key, value, headers), ready for a transaction."""
+    return [(topic, key, encode(msg), headers(msg, trace)) for topic, key, msg, trace in outputs]
 
 
-def _observe(result: InferenceResult) -> None:
+def _observe(outputs: list[Output]) -> None:
+    for _, _, message, _ in outputs:
+        if isinstance(message, InferenceResult):
+            _observe_result(message)
+
+
+def _observe_result(result: InferenceResult) -> None:
     code = result.error.code if result.error else None
     metrics.count("worker", result.status.value, code, result.priority, result.model_name)
     t = result.timings
@@ -328,14 +405,6 @@ def _lower_thread_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
     except (AttributeError, OSError):
         pass
-
-
-def _next_offsets(records: list[ConsumerRecord]) -> dict[TopicPartition, int]:
-    out: dict[TopicPartition, int] = {}
-    for r in records:
-        tp = TopicPartition(r.topic, r.partition)
-        out[tp] = max(out.get(tp, 0), r.offset + 1)
-    return out
 
 
 async def run(settings: WorkerSettings) -> None:

@@ -1,0 +1,168 @@
+"""Exactly-once output: one Kafka transaction per input partition and round.
+
+A stage (pipeline or worker) reads records, computes their outputs, and hands them here
+grouped by input partition. For each partition one transaction carries the outputs and
+the partition's next offset for the stage's consumer group, so a read_committed reader
+sees the outputs exactly when the input counts as consumed: never twice, never lost.
+
+aiokafka has no KIP-447 (fencing by consumer-group generation), so we use the older
+scheme Kafka Streams used: the transactional id names the *input partition*
+(``<group>.<topic>.<partition>``). Whoever owns the partition owns that id; when a new
+owner's producer starts, the broker bumps the id's epoch, aborts the old owner's open
+transaction and fences the old producer. A paused worker that wakes up (a zombie) gets
+``ProducerFenced`` on its next commit and its outputs never become visible.
+
+Fencing alone leaves one race: the new owner may read the committed offset *before* it
+fences a zombie that commits in between. So every fresh producer, once it has fenced,
+reads the committed offset again (the *floor*) and drops input below it: those records
+were already answered. The same check makes a retried commit idempotent: if the
+broker committed the transaction but the reply was lost, the rebuilt producer finds the
+offset already moved and sends nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError, ProducerFenced
+
+from topics.catalogue import MAX_MESSAGE_BYTES
+
+log = logging.getLogger("kip.transactions")
+
+Record = tuple[str, bytes | None, bytes | None, list]   # topic, key, value, headers
+RETRY_BACKOFF_S = 0.5
+
+
+def transaction_timeout_ms(session_timeout_ms: int) -> int:
+    """Two thirds of the consumer session timeout. A paused owner's open transaction is
+    then aborted by the broker before its partitions can move to a new owner, so
+    read_committed readers of the output topics are never held up by a zombie."""
+    return session_timeout_ms * 2 // 3
+
+
+@dataclass
+class Entry:
+    """One input record's offset and every record it produces."""
+
+    offset: int
+    outputs: list[Record] = field(default_factory=list)
+
+
+class PartitionTransactions:
+    """Transactional producers keyed by input partition, for one consumer group.
+
+    ``owned(tp)`` tells whether the stage still owns a partition; a commit that keeps
+    failing gives up once it does not, and leaves the records to the new owner.
+    """
+
+    def __init__(self, bootstrap: str, group_id: str, timeout_ms: int,
+                 owned: Callable[[TopicPartition], bool] = lambda tp: True) -> None:
+        self.bootstrap = bootstrap
+        self.group_id = group_id
+        self.timeout_ms = timeout_ms
+        self.owned = owned
+        self._producers: dict[TopicPartition, AIOKafkaProducer] = {}
+        self._floor: dict[TopicPartition, int] = {}
+        self._admin: AIOKafkaAdminClient | None = None
+
+    def transactional_id(self, tp: TopicPartition) -> str:
+        return f"{self.group_id}.{tp.topic}.{tp.partition}"
+
+    async def commit(self, tp: TopicPartition, entries: list[Entry]) -> bool:
+        """Publish ``entries`` and consume them, atomically. False: the partition went
+        to another owner before we could, and nothing of ``entries`` is ours to commit.
+
+        Any failure (fenced, timed out, broker gone) drops the producer; while we still
+        own the partition, a fresh one fences whoever else holds the id, reads the floor
+        and tries again. Retrying cannot publish twice: the floor skips what is done.
+        """
+        while True:
+            try:
+                await asyncio.wait_for(self._attempt(tp, entries), self.timeout_ms / 1000)
+                return True
+            except (KafkaError, asyncio.TimeoutError, OSError) as err:
+                fenced = isinstance(err, ProducerFenced)
+                log.warning("transaction for %s %s; rebuilding its producer", tp,
+                            "fenced by another owner" if fenced else f"failed ({err!r})")
+                await self.release(tp)
+                if not self.owned(tp):
+                    return False
+                await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def _attempt(self, tp: TopicPartition, entries: list[Entry]) -> None:
+        producer = await self._producer(tp)
+        live = [e for e in entries if e.offset >= self._floor[tp]]
+        if not live:
+            return
+        await producer.begin_transaction()
+        sent = [await producer.send(topic, value, key=key, headers=headers)
+                for e in live for topic, key, value, headers in e.outputs]
+        await producer.send_offsets_to_transaction({tp: live[-1].offset + 1}, self.group_id)
+        await producer.commit_transaction()
+        for future in sent:   # delivered: commit succeeded, so these are settled
+            future.result()
+        self._floor[tp] = live[-1].offset + 1
+
+    async def _producer(self, tp: TopicPartition) -> AIOKafkaProducer:
+        """The partition's producer; a new one fences older owners and reads the floor."""
+        producer = self._producers.get(tp)
+        if producer is not None:
+            return producer
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap, transactional_id=self.transactional_id(tp),
+            transaction_timeout_ms=self.timeout_ms, acks="all", enable_idempotence=True,
+            max_request_size=MAX_MESSAGE_BYTES, client_id=self.transactional_id(tp))
+        try:
+            await producer.start()
+            await producer._txn_manager.wait_for_pid()   # InitProducerId: the fence
+            self._floor[tp] = await self.committed(tp)
+        except BaseException:
+            await _stop_quietly(producer)
+            raise
+        self._producers[tp] = producer
+        return producer
+
+    async def committed(self, tp: TopicPartition) -> int:
+        """The group's committed offset for ``tp`` (0 when it has none)."""
+        if self._admin is None:
+            self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+            await self._admin.start()
+        offsets = await self._admin.list_consumer_group_offsets(self.group_id,
+                                                                partitions=[tp])
+        found = offsets.get(tp)
+        return max(found.offset, 0) if found is not None else 0
+
+    async def release(self, tp: TopicPartition) -> None:
+        """Drop the partition's producer (revoked, fenced or broken)."""
+        producer = self._producers.pop(tp, None)
+        self._floor.pop(tp, None)
+        if producer is not None:
+            await _stop_quietly(producer)
+
+    async def close(self) -> None:
+        for tp in list(self._producers):
+            await self.release(tp)
+        if self._admin is not None:
+            admin, self._admin = self._admin, None
+            await admin.close()
+
+
+async def _stop_quietly(producer: AIOKafkaProducer) -> None:
+    try:
+        await asyncio.wait_for(producer.stop(), 5)
+    except Exception as err:   # a broken producer: its connections close with it
+        log.info("producer stop: %r", err)
+
+
+def by_partition(items, tp_of: Callable) -> dict[TopicPartition, list]:
+    """Group ``items`` by input partition, keeping their order."""
+    groups: dict[TopicPartition, list] = {}
+    for item in items:
+        groups.setdefault(tp_of(item), []).append(item)
+    return groups
