@@ -94,6 +94,12 @@ def _parser() -> argparse.ArgumentParser:
     add_arguments(load)
     load.set_defaults(func=_bench_load)
 
+    faults = sub.add_parser("faults", help="crash processes under load; count lost and "
+                            "duplicated results (starts a kip of its own)")
+    from kip.faults import add_arguments as add_fault_arguments
+    add_fault_arguments(faults)
+    faults.set_defaults(func=_faults)
+
     sub.add_parser("pipeline", help="run the admission/routing stream processor") \
         .set_defaults(func=_pipeline)
     worker = sub.add_parser("worker", help="run an inference worker for one model")
@@ -187,6 +193,11 @@ def _fallback(args) -> int:
 def _bench_load(args) -> int:
     from kip.benchload import run
     return run(args)
+
+
+def _faults(args) -> int:
+    from kip.faults import run_cli
+    return run_cli(args)
 
 
 def _schemas(args) -> int:

@@ -99,16 +99,26 @@ class KipClient:
         requests can be in flight from one task."""
         fut = asyncio.get_running_loop().create_future()
         self._pending[request.request_id] = fut
-        delivery = await self._producer.send(
-            self.names.requests(request.priority), encode(request),
-            key=request.tenant.encode(), headers=headers(request, request.traceparent))
+        delivery = await self.send(request)
         delivery.add_done_callback(lambda d: _fail_if_undelivered(d, fut))
         return fut
 
+    async def send(self, request: InferenceRequest) -> asyncio.Future:
+        """Publish ``request`` without tracking its result; the returned future resolves
+        with the record metadata once Kafka has it."""
+        return await self._producer.send(
+            self.names.requests(request.priority), encode(request),
+            key=request.tenant.encode(), headers=headers(request, request.traceparent))
+
+    async def send_raw(self, topic: str, value: bytes, key: bytes | None = None,
+                       headers: list | None = None) -> asyncio.Future:
+        """Publish bytes as they are (tools and tests); the future resolves on the ack."""
+        return await self._producer.send(topic, value, key=key, headers=headers)
+
     async def publish_raw(self, topic: str, value: bytes, key: bytes | None = None,
                           headers: list | None = None):
-        """Publish bytes as they are (tools and tests); returns the record metadata."""
-        return await self._producer.send_and_wait(topic, value, key=key, headers=headers)
+        """``send_raw`` and wait for the ack; returns the record metadata."""
+        return await (await self.send_raw(topic, value, key, headers))
 
     def expect(self, request_id: str) -> asyncio.Future[InferenceResult]:
         """A future for the result of a request published some other way."""

@@ -64,6 +64,10 @@ class DevStack:
         return self.bootstrap_servers or self.broker.bootstrap
 
     @property
+    def names(self) -> TopicNames:
+        return TopicNames(self.prefix)
+
+    @property
     def registry(self) -> Registry:
         return Registry(self.registry_dir or self.home / "registry")
 

@@ -82,7 +82,7 @@ class PipelineState:
 
 def create_app(settings: PipelineSettings) -> faust.App:
     app = faust.App(
-        f"{settings.topic_prefix}-pipeline", broker=f"kafka://{settings.bootstrap}",
+        settings.names.pipeline_group, broker=f"kafka://{settings.bootstrap}",
         store="memory://", web_enabled=False, topic_replication_factor=1,
         producer_acks=-1, consumer_auto_offset_reset="earliest", autodiscover=False,
         topic_partitions=settings.request_partitions,

@@ -46,6 +46,16 @@ class TopicNames:
     def telemetry(self) -> str:
         return f"{self.prefix}.telemetry"
 
+    # Consumer groups: named here too, so that tools can find a stage's offsets.
+
+    @property
+    def pipeline_group(self) -> str:
+        return f"{self.prefix}-pipeline"
+
+    def worker_group(self, model: str, lane: str = "") -> str:
+        """``lane`` "interactive", or "" for the standard/batch lane."""
+        return f"{self.prefix}.workers.{model}" + (f".{lane}" if lane else "")
+
     def all_requests(self) -> list[str]:
         return [self.requests(p) for p in PRIORITIES]
 

@@ -133,7 +133,7 @@ class Worker:
             asyncio.create_task(self._report(), name=f"kip-telemetry-{self.model}")]
 
     def _lane_for(self, name: str, topics: list[str], executor: ThreadPoolExecutor) -> Lane:
-        group = f"{self.names.prefix}.workers.{self.model}" + (f".{name}" if name else "")
+        group = self.names.worker_group(self.model, name)
         s = self.settings
         consumer = AIOKafkaConsumer(
             bootstrap_servers=s.bootstrap, group_id=group,
