@@ -156,11 +156,13 @@ async def _send_all(plan: FaultPlan, client: KipClient, log) -> Sent:
     """Every request at a steady rate; poison mixed in at ``poison_ratio``."""
     rng = random.Random(plan.seed)
     images = np.random.default_rng(plan.seed).random((64, 64), dtype=np.float32) * 16
+    poison = rng.sample(range(plan.requests), round(plan.requests * plan.poison_ratio))
+    kinds = {i: POISON_KINDS[n % len(POISON_KINDS)] for n, i in enumerate(poison)}
     sent, deliveries = Sent(), []
     began = time.monotonic()
     for i in range(plan.requests):
         request_id = f"f{plan.seed}-{i:06d}"
-        kind = rng.choice(POISON_KINDS) if rng.random() < plan.poison_ratio else "normal"
+        kind = kinds.get(i, "normal")
         priority = Priority.INTERACTIVE if rng.random() < plan.interactive_share \
             else Priority.STANDARD
         deliveries.append((request_id, kind, await _send_one(

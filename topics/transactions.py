@@ -101,12 +101,17 @@ class PartitionTransactions:
         if not live:
             return
         await producer.begin_transaction()
-        sent = [await producer.send(topic, value, key=key, headers=headers)
-                for e in live for topic, key, value, headers in e.outputs]
-        await producer.send_offsets_to_transaction({tp: live[-1].offset + 1}, self.group_id)
-        await producer.commit_transaction()
-        for future in sent:   # delivered: commit succeeded, so these are settled
-            future.result()
+        sent: list[asyncio.Future] = []
+        try:
+            for e in live:
+                for topic, key, value, headers in e.outputs:
+                    sent.append(await producer.send(topic, value, key=key, headers=headers))
+            await producer.send_offsets_to_transaction({tp: live[-1].offset + 1},
+                                                       self.group_id)
+            await producer.commit_transaction()
+        finally:
+            for future in sent:   # their errors are the transaction's: already raised
+                future.add_done_callback(_retrieve)
         self._floor[tp] = live[-1].offset + 1
 
     async def _producer(self, tp: TopicPartition) -> AIOKafkaProducer:
@@ -153,11 +158,22 @@ class PartitionTransactions:
             await admin.close()
 
 
+def _retrieve(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 async def _stop_quietly(producer: AIOKafkaProducer) -> None:
     try:
         await asyncio.wait_for(producer.stop(), 5)
     except Exception as err:   # a broken producer: its connections close with it
         log.info("producer stop: %r", err)
+    # A fenced producer also fails aiokafka's internal waiters, which nobody awaits once
+    # we drop the producer; read them so asyncio does not report the error as lost.
+    for waiter in (getattr(producer._txn_manager, "_transaction_waiter", None),
+                   getattr(producer._message_accumulator, "_drain_waiter", None)):
+        if waiter is not None and waiter.done():
+            _retrieve(waiter)
 
 
 def by_partition(items, tp_of: Callable) -> dict[TopicPartition, list]:

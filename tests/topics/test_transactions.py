@@ -1,0 +1,100 @@
+"""Per-input-partition transactions on the real broker: outputs and offset commit together,
+a new owner fences the old one, and a fresh producer skips what is already committed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from tests.e2e.conftest import read_topic
+from topics.transactions import Entry, PartitionTransactions
+
+pytestmark = pytest.mark.broker
+TIMEOUT_MS = 3_000
+
+
+async def _topics(bootstrap: str, prefix: str) -> tuple[str, str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(f"{prefix}.in", 1, 1), NewTopic(f"{prefix}.out", 1, 1)])
+    finally:
+        await admin.close()
+    return f"{prefix}.in", f"{prefix}.out"
+
+
+def _entries(out: str, offsets, tag: str = "v") -> list[Entry]:
+    return [Entry(i, [(out, b"k", f"{tag}{i}".encode(), [])]) for i in offsets]
+
+
+async def _committed(tx: PartitionTransactions, tp: TopicPartition, expected: int) -> int:
+    """The committed offset once it reads ``expected`` (or after 10 s). A commit returns
+    when the transaction is decided; its offsets are readable once the broker has
+    written the markers, a moment later."""
+    for _ in range(100):
+        found = await tx.committed(tp)
+        if found == expected:
+            break
+        await asyncio.sleep(0.1)
+    return found
+
+
+async def _values(bootstrap: str, topic: str) -> list[bytes]:
+    return [r.value for r in await read_topic(bootstrap, topic)]
+
+
+def test_outputs_become_visible_with_the_offset_commit(broker, prefix):
+    async def scenario():
+        inp, out = await _topics(broker.bootstrap, prefix)
+        tp = TopicPartition(inp, 0)
+        tx = PartitionTransactions(broker.bootstrap, f"{prefix}.group", TIMEOUT_MS)
+        try:
+            assert await tx.commit(tp, _entries(out, range(5)))
+            assert await _committed(tx, tp, 5) == 5
+            assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(5)]
+        finally:
+            await tx.close()
+    asyncio.run(scenario())
+
+
+def test_a_new_owner_fences_the_old_one(broker, prefix):
+    async def scenario():
+        inp, out = await _topics(broker.bootstrap, prefix)
+        tp = TopicPartition(inp, 0)
+        owner = {"old": True}
+        old = PartitionTransactions(broker.bootstrap, f"{prefix}.group", TIMEOUT_MS,
+                                    owned=lambda _: owner["old"])
+        new = PartitionTransactions(broker.bootstrap, f"{prefix}.group", TIMEOUT_MS)
+        try:
+            assert await old.commit(tp, _entries(out, range(3)))
+            owner["old"] = False   # the group moved the partition; the old owner slept
+            assert await new.commit(tp, _entries(out, range(3, 6)))
+            assert not await old.commit(tp, _entries(out, [6], tag="zombie"))
+            assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(6)]
+            assert await _committed(new, tp, 6) == 6
+        finally:
+            await old.close()
+            await new.close()
+    asyncio.run(scenario())
+
+
+def test_a_fresh_producer_skips_what_is_already_committed(broker, prefix):
+    async def scenario():
+        inp, out = await _topics(broker.bootstrap, prefix)
+        tp = TopicPartition(inp, 0)
+        first = PartitionTransactions(broker.bootstrap, f"{prefix}.group", TIMEOUT_MS)
+        try:
+            assert await first.commit(tp, _entries(out, range(10)))
+        finally:
+            await first.close()
+        again = PartitionTransactions(broker.bootstrap, f"{prefix}.group", TIMEOUT_MS)
+        try:   # a replay from an older position, e.g. after a crash before the commit reply
+            assert await again.commit(tp, _entries(out, range(5, 15)))
+            assert await again.commit(tp, _entries(out, range(12, 16)))
+        finally:
+            await again.close()
+        assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(16)]
+    asyncio.run(scenario())
