@@ -18,6 +18,10 @@ BATCH_SIZE = Histogram(
     "kip_batch_rows", "Rows per inference call", ["model"],
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
 
+PARTITIONS_REVOKED = Counter(
+    "kip_partitions_revoked", "Partitions a consumer-group rebalance took from this "
+    "process (a steady rise: members time out, e.g. starved heartbeats)", ["group"])
+
 MODELS_LOADED = Gauge(
     "kip_models_loaded", "Model versions this worker has loaded, with the execution "
     "provider ONNX Runtime really gave them", ["model", "version", "provider"])

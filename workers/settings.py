@@ -15,7 +15,11 @@ class WorkerSettings(KipSettings):
         "auto", description="auto: CUDA when a GPU is present; cuda: refuse CPU fallback")
     max_batch: int = Field(0, description="requests per inference call; 0 = manifest max_batch")
     max_delay_ms: float = Field(5.0, description="longest wait to fill a batch")
-    session_timeout_ms: int = Field(30_000, description="consumer group session timeout")
+    session_timeout_ms: int = Field(30_000, description="consumer group session timeout; "
+                                    "transactions time out at two thirds of it")
+    max_poll_interval_ms: int = Field(
+        300_000, description="longest one batch (inference and commit) may take before the "
+        "group gives its partitions away; heartbeats flow meanwhile, inference runs in a thread")
     max_class_wait_ms: float = Field(
         2_000, description="aging: longest a lower class waits while higher ones have backlog")
     telemetry_interval_s: float = Field(1.0, description="how often capacity is reported")

@@ -74,6 +74,7 @@ class _Revocations(ConsumerRebalanceListener):
         self.lane: Lane | None = None
 
     async def on_partitions_revoked(self, revoked) -> None:
+        metrics.PARTITIONS_REVOKED.labels(self.lane.transactions.group_id).inc(len(revoked))
         async with self.lane.busy:
             for tp in revoked:
                 await self.lane.transactions.release(tp)
@@ -141,6 +142,7 @@ class Worker:
             isolation_level="read_committed",
             session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=s.session_timeout_ms // 3,
+            max_poll_interval_ms=s.max_poll_interval_ms,
             max_partition_fetch_bytes=MAX_MESSAGE_BYTES + 1024 * 1024,
             fetch_max_bytes=4 * MAX_MESSAGE_BYTES)
         transactions = PartitionTransactions(

@@ -1,0 +1,83 @@
+"""A batch whose inference outlasts the session timeout: heartbeats keep flowing (the
+inference runs in a thread), the worker keeps its partitions and the result is
+committed once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from kip import metrics
+from schemas.codec import encode, headers, now_ms
+from schemas.messages import InferenceResult, Priority, Route, WorkItem
+from tests.e2e.conftest import read_topic
+from tests.pipeline.conftest import signer
+from topics.admin import apply
+from topics.catalogue import catalogue
+from topics.names import TopicNames
+from workers.settings import WorkerSettings
+from workers.worker import Worker
+
+pytestmark = pytest.mark.broker
+SESSION_TIMEOUT_MS = 6_000        # the broker's minimum
+INFERENCE_S = 10.0                # well past it
+
+
+def _work_item(registry, names: TopicNames) -> WorkItem:
+    manifest = registry.resolve("digits").manifest
+    request = signer(topic_prefix=names.prefix).request(
+        "digits", {"pixels": np.zeros((1, 64), np.float32)}, priority="standard",
+        deadline_ms=now_ms() + 120_000)
+    route = Route(alias="digits", model_name=manifest.name, model_version=manifest.version,
+                  artifact_sha256=manifest.artifact_sha256)
+    return WorkItem(request=request, route=route, routed_at_ms=now_ms(),
+                    deadline_ms=request.deadline_ms)
+
+
+def _slowed(run):
+    def slow(batch):
+        time.sleep(INFERENCE_S)
+        return run(batch)
+    return slow
+
+
+def _revoked(group: str) -> float:
+    return metrics.PARTITIONS_REVOKED.labels(group)._value.get()
+
+
+@pytest.mark.timeout(120)
+def test_inference_longer_than_the_session_timeout_keeps_the_partitions(broker, registry,
+                                                                        prefix):
+    names = TopicNames(prefix)
+
+    async def scenario():
+        await apply(broker.bootstrap, catalogue(names, ["digits"]))
+        settings = WorkerSettings(bootstrap=broker.bootstrap, topic_prefix=prefix,
+                                  registry_dir=registry.root, model="digits",
+                                  session_timeout_ms=SESSION_TIMEOUT_MS)
+        async with Worker(settings) as worker:
+            for session in worker.sessions.values():
+                session.run = _slowed(session.run)
+            group = names.worker_group("digits")
+            revoked_before = _revoked(group)
+            item = _work_item(registry, names)
+            async with AIOKafkaProducer(bootstrap_servers=broker.bootstrap) as producer:
+                await producer.send_and_wait(names.work("digits", Priority.STANDARD),
+                                             encode(item), key=item.request.request_id.encode(),
+                                             headers=headers(item))
+            for _ in range(60):
+                results = await read_topic(broker.bootstrap, names.results)
+                if results:
+                    break
+                await asyncio.sleep(1)
+            await asyncio.sleep(2)   # a second result would show up now
+            results = await read_topic(broker.bootstrap, names.results)
+            assert _revoked(group) == revoked_before, "the worker lost its partitions"
+        decoded = [InferenceResult.model_validate_json(r.value) for r in results]
+        assert [(r.request_id, r.status) for r in decoded] == [(item.request.request_id, "ok")]
+        assert decoded[0].timings.inference_ms >= INFERENCE_S * 1000
+    asyncio.run(scenario())
