@@ -35,16 +35,14 @@ from aiokafka.structs import ConsumerRecord
 from kip import metrics
 from kip.registry import Registry
 from schemas.codec import decode, encode, headers, now_ms
-from schemas.deadletter import dead_letter, fallback_request_id, hints
-from schemas.errors import DeadlineExceeded, Internal, InvalidRequest, KipError
-from schemas.messages import (AuditRecord, InferenceResult, Priority, Status, Timings,
-                              WorkItem)
+from schemas.errors import DeadlineExceeded, InvalidRequest, KipError
+from schemas.messages import InferenceResult, Priority, WorkItem
 from topics.catalogue import MAX_MESSAGE_BYTES
 from topics.names import PRIORITIES
 from topics.transactions import (Entry, PartitionTransactions, by_partition,
                                  transaction_timeout_ms)
 from workers.batcher import next_batch
-from workers.outcome import Stamps, terminal
+from workers.outcome import Output, Stamps, poisoned, terminal_outputs, undecodable
 from workers.priority import Prioritizer, backlog_by_class
 from workers.session import ModelSession
 from workers.settings import WorkerSettings
@@ -52,7 +50,6 @@ from workers.telemetry import Throughput, report, worker_id
 
 log = logging.getLogger("kip.worker")
 _RANK = {Priority.INTERACTIVE: 0, Priority.STANDARD: 1, Priority.BATCH: 2}
-Output = tuple[str, bytes, object, str | None]   # topic, key, message, traceparent
 Pair = tuple[ConsumerRecord, WorkItem]
 
 
@@ -245,7 +242,7 @@ class Worker:
                 try:
                     pairs.append((record, decode(WorkItem, record.value)))
                 except InvalidRequest as err:
-                    outputs[id(record)] = self._undecodable(record, err)
+                    outputs[id(record)] = undecodable(record, err, self.names)
             for (name, version), group in self._groups(pairs, priority):
                 for record, outs in await self._infer(name, version, group, pulled, lane):
                     outputs[id(record)] = outs
@@ -282,7 +279,7 @@ class Worker:
         now = now_ms()
         live = [p for p in group if p[1].deadline_ms > now]
         expired = DeadlineExceeded("the deadline passed before inference started")
-        answered = [(r, self._terminal(i, Stamps(pulled), error=expired))
+        answered = [(r, terminal_outputs(i, Stamps(pulled), self.names, error=expired))
                     for r, i in group if i.deadline_ms <= now]
         return live, answered
 
@@ -291,7 +288,7 @@ class Worker:
         try:
             session = await self._session(name, version)
         except KipError as err:
-            return [(r, self._terminal(i, Stamps(pulled), error=err)) for r, i in group]
+            return [(r, terminal_outputs(i, Stamps(pulled), self.names, error=err)) for r, i in group]
         group, answered = self._drop_expired(group, pulled)
         if not group:
             return answered
@@ -314,26 +311,15 @@ class Worker:
                             len(group), name, exc)
                 return [out for pair in group
                         for out in await self._run(session, [pair], pulled, executor)]
-            return [self._poison(group[0], stamps, exc)]
+            record, item = group[0]
+            if not isinstance(exc, KipError):   # a defect: still one terminal result
+                log.error("inference on %s raised %r", name, exc)
+            return [(record, poisoned(record, item, stamps, self.names, exc))]
         metrics.BATCH_SIZE.labels(name).observe(stamps.batch_size)
         metrics.LATENCY.labels("inference", "", name).observe(
             (stamps.finished_ms - stamps.started_ms) / 1000)
-        return [(r, self._terminal(i, stamps, outputs=out))
+        return [(r, terminal_outputs(i, stamps, self.names, outputs=out))
                 for (r, i), out in zip(group, per_request)]
-
-    def _poison(self, pair: Pair, stamps: Stamps, exc: Exception
-                ) -> tuple[ConsumerRecord, list[Output]]:
-        """A request whose inference fails on its own: failed result plus dead letter."""
-        record, item = pair
-        if isinstance(exc, KipError):
-            err = exc
-        else:   # a defect: still one terminal result
-            log.error("inference on %s raised %r", item.route.model_name, exc)
-            err = Internal(f"{type(exc).__name__}: {exc}")
-        dead = dead_letter(record.value, record.topic, record.partition, record.offset,
-                           err, now_ms())
-        return record, [*self._terminal(item, stamps, error=err),
-                        (self.names.deadletter, record.topic.encode(), dead, None)]
 
     async def _session(self, name: str, version: str) -> ModelSession:
         key = f"{name}@{version}"
@@ -352,30 +338,6 @@ class Worker:
         self.sessions[f"{name}@{version}"] = session
         metrics.MODELS_LOADED.labels(name, version, session.provider).set(1)
         log.warning("worker serves %s@%s on %s", name, version, session.provider)
-
-    def _terminal(self, item: WorkItem, stamps: Stamps, outputs=None, error=None
-                  ) -> list[Output]:
-        result, audit = terminal(item, stamps, now_ms(), outputs, error)
-        reply_to = item.request.reply_to or self.names.results
-        key = item.request.request_id.encode()
-        trace = item.request.traceparent
-        return [(reply_to, key, result, trace), (self.names.audit, key, audit, trace)]
-
-    def _undecodable(self, record: ConsumerRecord, err: InvalidRequest) -> list[Output]:
-        now = now_ms()
-        found = hints(record.value)
-        request_id = found.get("request_id") or fallback_request_id(
-            record.topic, record.partition, record.offset)
-        result = InferenceResult(request_id=request_id, status=Status.FAILED,
-                                 error={"code": err.code, "message": err.message},
-                                 timings=Timings(total_ms=0.0), produced_at_ms=now)
-        audit = AuditRecord(request_id=request_id, stage="worker", decision="failed",
-                            final=True, tenant=found.get("tenant"), error_code=err.code,
-                            payload_bytes=len(record.value), at_ms=now)
-        dead = dead_letter(record.value, record.topic, record.partition, record.offset, err, now)
-        key = request_id.encode()
-        return [(self.names.results, key, result, None), (self.names.audit, key, audit, None),
-                (self.names.deadletter, record.topic.encode(), dead, None)]
 
 
 def _records(outputs: list[Output]) -> list:

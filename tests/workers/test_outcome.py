@@ -1,9 +1,14 @@
-from schemas import DeadlineExceeded, InferenceFailed, Status
+import numpy as np
+from aiokafka.structs import ConsumerRecord
+
+from schemas import DeadlineExceeded, InferenceFailed, InvalidRequest, Status
+from schemas.codec import encode
 from schemas.messages import Route, WorkItem
 from tests.pipeline.conftest import NOW_MS, signer
-from workers.outcome import Stamps, terminal
+from topics.names import TopicNames
+from workers.outcome import Stamps, poisoned, terminal, undecodable
 
-import numpy as np
+NAMES = TopicNames("t")
 
 
 def _item() -> WorkItem:
@@ -30,3 +35,39 @@ def test_errors_map_to_expired_and_failed():
     failed, audit = terminal(_item(), Stamps(NOW_MS), NOW_MS, error=InferenceFailed("nan"))
     assert expired.status == Status.EXPIRED and expired.error.code == "DEADLINE_EXCEEDED"
     assert failed.status == Status.FAILED and audit.error_code == "INFERENCE_FAILED"
+
+
+def _record(value: bytes) -> ConsumerRecord:
+    return ConsumerRecord(topic="t.work.digits.standard", partition=2, offset=41,
+                          timestamp=0, timestamp_type=0, key=None, value=value,
+                          checksum=None, serialized_key_size=0,
+                          serialized_value_size=len(value), headers=())
+
+
+def test_poisoned_request_fails_with_its_code_and_a_dead_letter_with_its_origin():
+    item = _item()
+    outputs = poisoned(_record(encode(item)), item, Stamps(NOW_MS), NAMES,
+                       InferenceFailed("output holds NaN"))
+    (reply, _, result, _), (audit_topic, _, audit, _), (dl_topic, _, dead, _) = outputs
+    assert (reply, audit_topic, dl_topic) == ("t.results", "t.audit", "t.deadletter")
+    assert result.status == Status.FAILED and result.error.code == "INFERENCE_FAILED"
+    assert audit.final and audit.error_code == "INFERENCE_FAILED"
+    assert (dead.origin_topic, dead.origin_partition, dead.origin_offset) == \
+        ("t.work.digits.standard", 2, 41)
+    assert dead.request_id == item.request.request_id
+
+
+def test_a_defect_in_inference_is_internal_not_a_crash():
+    item = _item()
+    outputs = poisoned(_record(encode(item)), item, Stamps(NOW_MS), NAMES,
+                       ZeroDivisionError("division by zero"))
+    assert outputs[0][2].error.code == "INTERNAL"
+    assert "ZeroDivisionError" in outputs[2][2].reason
+
+
+def test_undecodable_work_item_keeps_the_request_id_it_can_read():
+    value = b'{"request": {"request_id": "r-1"}, "route": 1}'
+    outputs = undecodable(_record(value), InvalidRequest("route: not an object"), NAMES)
+    assert [o[0] for o in outputs] == ["t.results", "t.audit", "t.deadletter"]
+    assert {o[2].request_id for o in outputs} == {"r-1"}
+    assert outputs[2][2].origin_offset == 41
