@@ -157,6 +157,12 @@ class PartitionTransactions:
             admin, self._admin = self._admin, None
             await admin.close()
 
+    async def __aenter__(self) -> PartitionTransactions:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
 
 def _retrieve(future: asyncio.Future) -> None:
     if not future.cancelled():

@@ -50,13 +50,10 @@ def test_outputs_become_visible_with_the_offset_commit(broker, prefix):
     async def scenario():
         inp, out = await _topics(broker.bootstrap, prefix)
         tp = TopicPartition(inp, 0)
-        tx = PartitionTransactions(broker.bootstrap, f"{prefix}.group", TIMEOUT_MS)
-        try:
+        async with PartitionTransactions(broker.bootstrap, f"{prefix}.g", TIMEOUT_MS) as tx:
             assert await tx.commit(tp, _entries(out, range(5)))
             assert await _committed(tx, tp, 5) == 5
-            assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(5)]
-        finally:
-            await tx.close()
+        assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(5)]
     asyncio.run(scenario())
 
 
@@ -65,19 +62,15 @@ def test_a_new_owner_fences_the_old_one(broker, prefix):
         inp, out = await _topics(broker.bootstrap, prefix)
         tp = TopicPartition(inp, 0)
         owner = {"old": True}
-        old = PartitionTransactions(broker.bootstrap, f"{prefix}.group", TIMEOUT_MS,
-                                    owned=lambda _: owner["old"])
-        new = PartitionTransactions(broker.bootstrap, f"{prefix}.group", TIMEOUT_MS)
-        try:
+        async with (PartitionTransactions(broker.bootstrap, f"{prefix}.g", TIMEOUT_MS,
+                                          owned=lambda _: owner["old"]) as old,
+                    PartitionTransactions(broker.bootstrap, f"{prefix}.g", TIMEOUT_MS) as new):
             assert await old.commit(tp, _entries(out, range(3)))
             owner["old"] = False   # the group moved the partition; the old owner slept
             assert await new.commit(tp, _entries(out, range(3, 6)))
             assert not await old.commit(tp, _entries(out, [6], tag="zombie"))
-            assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(6)]
             assert await _committed(new, tp, 6) == 6
-        finally:
-            await old.close()
-            await new.close()
+        assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(6)]
     asyncio.run(scenario())
 
 
@@ -85,16 +78,11 @@ def test_a_fresh_producer_skips_what_is_already_committed(broker, prefix):
     async def scenario():
         inp, out = await _topics(broker.bootstrap, prefix)
         tp = TopicPartition(inp, 0)
-        first = PartitionTransactions(broker.bootstrap, f"{prefix}.group", TIMEOUT_MS)
-        try:
-            assert await first.commit(tp, _entries(out, range(10)))
-        finally:
-            await first.close()
-        again = PartitionTransactions(broker.bootstrap, f"{prefix}.group", TIMEOUT_MS)
-        try:   # a replay from an older position, e.g. after a crash before the commit reply
-            assert await again.commit(tp, _entries(out, range(5, 15)))
-            assert await again.commit(tp, _entries(out, range(12, 16)))
-        finally:
-            await again.close()
+        async with PartitionTransactions(broker.bootstrap, f"{prefix}.g", TIMEOUT_MS) as tx:
+            assert await tx.commit(tp, _entries(out, range(10)))
+        # A replay from an older position, as after a crash before the commit's reply:
+        async with PartitionTransactions(broker.bootstrap, f"{prefix}.g", TIMEOUT_MS) as tx:
+            assert await tx.commit(tp, _entries(out, range(5, 15)))
+            assert await tx.commit(tp, _entries(out, range(12, 16)))
         assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(16)]
     asyncio.run(scenario())
