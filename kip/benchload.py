@@ -45,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="do not pin workers to their own CPU (by default the last CPU runs "
                    "the workers and the others run broker, pipeline and load generator, "
                    "standing in for a separate GPU host)")
+    p.add_argument("--one-pipeline", dest="split_pipeline", action="store_false",
+                   help="one pipeline process for all classes (by default interactive has "
+                   "its own, and standard/batch admission runs at nice 10)")
     p.add_argument("--worker-threads", type=int, default=1,
                    help="ONNX Runtime threads in the worker (1 leaves a core to the pipeline "
                    "and broker when everything shares one small machine)")
@@ -56,6 +59,7 @@ def run(args) -> int:
 
 async def _main(args) -> int:
     async with _stack(args.registry, args.worker_threads, args.background_max_batch,
+                      args.split_pipeline,
                       args.pin and len(os.sched_getaffinity(0)) >= 2) as client:
         if args.rate:
             rates = {Priority(k): float(v) for k, v in (r.split("=") for r in args.rate)}
@@ -67,12 +71,12 @@ async def _main(args) -> int:
 
 
 @asynccontextmanager
-async def _stack(registry: Path, threads: int, background: int, pin: bool):
+async def _stack(registry: Path, threads: int, background: int, split: bool, pin: bool):
     with tempfile.TemporaryDirectory(prefix="kip-load-") as tmp:
         broker = LocalBroker(Path(tmp) / "kafka", port=free_port(), controller_port=free_port())
         broker.start()
         stack = DevStack(home=Path(tmp), bootstrap_servers=broker.bootstrap, prefix="load",
-                         registry_dir=registry, metrics_base_port=0,
+                         registry_dir=registry, metrics_base_port=0, split_pipeline=split,
                          worker_env={"KIP_MAX_BATCH": "32", "KIP_MAX_DELAY_MS": "5",
                                      "KIP_INTRA_OP_THREADS": str(threads),
                                      "KIP_BACKGROUND_MAX_BATCH": str(background)})

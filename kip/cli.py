@@ -100,8 +100,11 @@ def _parser() -> argparse.ArgumentParser:
     add_fault_arguments(faults)
     faults.set_defaults(func=_faults)
 
-    sub.add_parser("pipeline", help="run the admission/routing stream processor") \
-        .set_defaults(func=_pipeline)
+    pipeline = sub.add_parser("pipeline", help="run the admission/routing stream processor")
+    pipeline.add_argument("--classes", help="comma-separated classes to admit (default: "
+                          "all; e.g. interactive, or standard,batch)")
+    pipeline.add_argument("--nice", type=int, help="lower this process's CPU priority")
+    pipeline.set_defaults(func=_pipeline)
     worker = sub.add_parser("worker", help="run an inference worker for one model")
     worker.add_argument("--model", help="alias to serve (default: KIP_MODEL or minilm)")
     worker.set_defaults(func=_worker)
@@ -212,7 +215,12 @@ def _pipeline(args) -> int:
     from pipeline.app import run
     from pipeline.settings import PipelineSettings
 
-    run(PipelineSettings())
+    overrides = {}
+    if args.classes:
+        overrides["classes"] = tuple(args.classes.split(","))
+    if args.nice is not None:
+        overrides["nice"] = args.nice
+    run(PipelineSettings(**overrides))
     return 0
 
 

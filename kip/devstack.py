@@ -53,6 +53,7 @@ class DevStack:
     registry_dir: Path | None = None
     metrics_base_port: int = 9101
     worker_env: dict[str, str] = field(default_factory=dict)
+    split_pipeline: bool = False   # one pipeline for interactive, one (niced) for the rest
     procs: list[subprocess.Popen] = field(default_factory=list)
 
     @property
@@ -96,7 +97,11 @@ class DevStack:
 
     def start_services(self, log=print) -> None:
         """The pipeline and one worker per reference model, as child processes."""
-        commands = [["pipeline"]] + [["worker", "--model", m] for m in REFERENCE_MODELS]
+        pipelines = [["pipeline"]]
+        if self.split_pipeline:
+            pipelines = [["pipeline", "--classes", "interactive"],
+                         ["pipeline", "--classes", "standard,batch", "--nice", "10"]]
+        commands = pipelines + [["worker", "--model", m] for m in REFERENCE_MODELS]
         for i, args in enumerate(commands):
             port = self.metrics_base_port + i if self.metrics_base_port else 0
             self.procs.append(self.spawn(args, port, log))
@@ -104,7 +109,7 @@ class DevStack:
     def spawn(self, args: list[str], metrics_port: int = 0, log=print) -> subprocess.Popen:
         """Start one ``kip`` subcommand as a child process logging to ``home``."""
         env = self.env() | self.worker_env | {"KIP_METRICS_PORT": str(metrics_port)}
-        logfile = self.home / f"{args[0]}-{args[-1]}.log"
+        logfile = self.home / ("-".join(a for a in args if not a.startswith("--")) + ".log")
         with open(logfile, "ab") as out:
             proc = subprocess.Popen([sys.executable, "-m", "kip.cli", *args], env=env,
                                     stdout=out, stderr=subprocess.STDOUT)

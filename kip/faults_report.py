@@ -148,7 +148,7 @@ async def leftover_records(bootstrap: str, names: TopicNames, models: list[str]
     """Per consumer group, the committed records past its committed offsets: all zero
     when no partition stalled. (Counting records, not offsets: transaction markers take
     offsets too.)"""
-    groups = {names.pipeline_group: names.all_requests()}
+    groups = {names.pipeline_group(): names.all_requests()}
     for m in models:
         groups[names.worker_group(m, "interactive")] = [names.work(m, PRIORITIES[0])]
         groups[names.worker_group(m, "")] = [names.work(m, p) for p in PRIORITIES[1:]]

@@ -37,7 +37,7 @@ class AdmissionPolicy(BaseModel):
     classes: dict[Priority, ClassPolicy] = Field(default_factory=lambda: dict(DEFAULT_CLASSES))
     max_tensor_elements: int = Field(4_000_000, gt=0, description="per tensor in a request")
     deadline_headroom: float = Field(
-        0.8, gt=0, le=1, description="admit only if the estimated wait fits in this share "
+        0.6, gt=0, le=1, description="admit only if the estimated wait fits in this share "
         "of the time left to the deadline: the rest absorbs estimate error and inference")
 
     def of(self, priority: Priority | str) -> ClassPolicy:

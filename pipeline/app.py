@@ -37,7 +37,7 @@ from pipeline.settings import PipelineSettings
 from schemas.codec import encode, headers, now_ms
 from schemas.errors import Internal
 from schemas.messages import DeadLetterRecord, WorkItem
-from topics.names import PRIORITIES, TopicNames
+from topics.names import TopicNames
 from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
 
 log = logging.getLogger("kip.pipeline")
@@ -82,7 +82,8 @@ class PipelineState:
 
 def create_app(settings: PipelineSettings) -> faust.App:
     app = faust.App(
-        settings.names.pipeline_group, broker=f"kafka://{settings.bootstrap}",
+        settings.names.pipeline_group(settings.classes),
+        broker=f"kafka://{settings.bootstrap}",
         store="memory://", web_enabled=False, topic_replication_factor=1,
         producer_acks=-1, consumer_auto_offset_reset="earliest", autodiscover=False,
         topic_partitions=settings.request_partitions,
@@ -91,7 +92,7 @@ def create_app(settings: PipelineSettings) -> faust.App:
     app.transport.Consumer = TransactionalConsumer
     state = PipelineState(settings)
     app.task(_follow(state))
-    for priority in PRIORITIES:
+    for priority in settings.classes:
         topic = app.topic(settings.names.requests(priority), key_serializer="raw",
                           value_serializer="raw")
         app.agent(topic, name=f"admit-{priority.value}")(_admit_agent(app, state))
@@ -210,6 +211,8 @@ def _count(d: Decision) -> None:
 
 def run(settings: PipelineSettings) -> None:
     """Run the pipeline until SIGINT/SIGTERM (faust owns the event loop)."""
+    if settings.nice:
+        os.nice(settings.nice)
     app = create_app(settings)
     metrics.serve(settings.metrics_port)
     worker = _Worker(app, loglevel=os.environ.get("KIP_LOG_LEVEL", "WARNING"), quiet=True)

@@ -8,6 +8,8 @@ from pydantic import Field
 
 from kip.settings import KipSettings, kip_home
 from pipeline.admission import AdmissionPolicy
+from schemas.messages import Priority
+from topics.names import PRIORITIES
 
 
 class PipelineSettings(KipSettings):
@@ -21,6 +23,13 @@ class PipelineSettings(KipSettings):
         description="payload limits, default deadlines, wait budgets per class (JSON)")
     request_partitions: int = Field(3, description="partitions of faust's own topics; keep "
                                     "equal to the request topics' partition count")
+    classes: tuple[Priority, ...] = Field(
+        PRIORITIES, description="the request classes this process admits; run one process "
+        "for interactive and another for standard and batch to keep batch admission from "
+        "delaying interactive requests")
+    nice: int = Field(0, ge=0, le=19, description="lower this process's CPU priority by "
+                      "this much (e.g. 10 for a standard/batch pipeline beside an "
+                      "interactive one)")
     session_timeout_ms: int = Field(
         10_000, description="consumer-group session timeout: how soon a dead pipeline "
         "process's partitions move to another")

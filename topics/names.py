@@ -48,9 +48,11 @@ class TopicNames:
 
     # Consumer groups: named here too, so that tools can find a stage's offsets.
 
-    @property
-    def pipeline_group(self) -> str:
-        return f"{self.prefix}-pipeline"
+    def pipeline_group(self, classes: tuple[Priority, ...] = PRIORITIES) -> str:
+        """One pipeline for every class, or one per set of classes (``--classes``)."""
+        if tuple(classes) == PRIORITIES:
+            return f"{self.prefix}-pipeline"
+        return f"{self.prefix}-pipeline-" + "-".join(Priority(c).value for c in classes)
 
     def worker_group(self, model: str, lane: str = "") -> str:
         """``lane`` "interactive", or "" for the standard/batch lane."""

@@ -192,21 +192,30 @@ class Worker:
         side, each with its own consumer and inference thread; the background thread runs
         at a lower OS priority, so interactive inference takes the CPU first."""
         background = lane is self.lanes[1]
+        saturated_since: float | None = None   # end of the last well-filled batch
         while True:
             if background:
                 await self.prioritizer.apply()
             records = await next_batch(lane.consumer, self.max_batch,
                                        self.settings.max_delay_ms)
             if not records:
+                saturated_since = None
                 continue
-            started = time.monotonic()
             async with lane.busy:
                 await self.process(records, lane)
+            finished = time.monotonic()
             if len(records) >= max(1, self.max_batch // 2):
-                # Only well-filled batches say what the worker can do: a lone request's
-                # rate is mostly fixed cost and would make admission refuse bursts that
-                # batching would serve at once. Until then capacity reads "unknown".
-                self.throughput.record(len(records), time.monotonic() - started)
+                # Capacity is the rate the lane drains a backlog: from the end of one
+                # well-filled batch to the end of the next, so fetches, commits and the
+                # CPU other processes take all count. (Busy time alone overstated it, and
+                # admission let in requests that then expired in the queue.) A lone
+                # request's rate is mostly fixed cost and says nothing: until two
+                # well-filled batches in a row, capacity reads "unknown".
+                if saturated_since is not None:
+                    self.throughput.record(len(records), finished - saturated_since)
+                saturated_since = finished
+            else:
+                saturated_since = None
             if background:
                 self.prioritizer.served({self.topic_class[r.topic] for r in records})
 
