@@ -166,12 +166,16 @@ def _verdict(capacity: float, alone: LoadReport, mixed: LoadReport) -> int:
 
 async def _sweep(client: KipClient, args) -> int:
     capacity = await closed_loop_capacity(client, args.model, Priority.BATCH, 256, 15)
-    print(f"capacity {capacity:.1f} requests/s; sweeping the batch rate", flush=True)
+    # A step shorter than a few batch deadlines ends before its queue does: rejection
+    # would show up a step late and the knee would read too high.
+    step_s = max(args.duration, 3 * DEADLINES_MS[Priority.BATCH] / 1000)
+    print(f"capacity {capacity:.1f} requests/s; sweeping the batch rate in steps of "
+          f"{step_s:.0f}s", flush=True)
     knee = None
     print(f"{'offered/s':>10} {'ok/s':>8} {'rejected':>9} {'expired':>8}")
     for factor in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0):
         rate = factor * capacity
-        report = await _offer(client, args, {Priority.BATCH: rate}, args.duration)
+        report = await _offer(client, args, {Priority.BATCH: rate}, step_s)
         stats = report.classes[Priority.BATCH]
         rejected = stats.count(Status.REJECTED) / max(1, stats.offered)
         print(f"{rate:10.1f} {report.goodput(Priority.BATCH):8.1f} {rejected:9.1%} "
