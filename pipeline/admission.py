@@ -11,13 +11,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from kip.registry import Manifest
 from schemas.errors import DeadlineExceeded, InvalidRequest, Overloaded, PayloadTooLarge
 from schemas.messages import InferenceRequest, Priority
+from topics.catalogue import MAX_MESSAGE_BYTES
 
 MiB = 1024 * 1024
+# An admitted request travels on as a work item: the request plus its route. The limit
+# leaves room for that envelope, or the work item could not be written and the request
+# would be stuck rather than refused.
+MAX_REQUEST_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 
 
 class ClassPolicy(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    max_payload_bytes: int = Field(gt=0, description="largest request message")
+    max_payload_bytes: int = Field(gt=0, le=MAX_REQUEST_BYTES,
+                                   description="largest request message")
     default_deadline_ms: int = Field(gt=0, description="deadline when a request sets none")
     wait_budget_ms: int = Field(gt=0, description="longest estimated wait admission accepts")
 
@@ -27,7 +33,7 @@ DEFAULT_CLASSES = {
                                       wait_budget_ms=500),
     Priority.STANDARD: ClassPolicy(max_payload_bytes=4 * MiB, default_deadline_ms=30_000,
                                    wait_budget_ms=5_000),
-    Priority.BATCH: ClassPolicy(max_payload_bytes=8 * MiB, default_deadline_ms=600_000,
+    Priority.BATCH: ClassPolicy(max_payload_bytes=MAX_REQUEST_BYTES, default_deadline_ms=600_000,
                                 wait_budget_ms=120_000),
 }
 

@@ -2,10 +2,12 @@ import numpy as np
 import pytest
 
 from kip.registry import Manifest
-from pipeline.admission import (AdmissionPolicy, check_payload_size, check_request_limits,
-                                check_wait, effective_deadline)
+from pipeline.admission import (MAX_REQUEST_BYTES, AdmissionPolicy, ClassPolicy,
+                                check_payload_size, check_request_limits, check_wait,
+                                effective_deadline)
 from schemas.errors import InvalidRequest, Overloaded, PayloadTooLarge
 from tests.pipeline.conftest import DIGITS_MANIFEST, NOW_MS, signer
+from topics.catalogue import MAX_MESSAGE_BYTES
 
 POLICY = AdmissionPolicy()
 
@@ -50,3 +52,10 @@ def test_overload_against_budget_and_deadline():
     assert err.value.retry_after_ms == 1001
     with pytest.raises(Overloaded, match="time to the deadline of 180"):
         check_wait(300, "interactive", NOW_MS + 300, NOW_MS, POLICY)   # 60% headroom
+
+
+def test_no_class_may_admit_a_request_too_large_to_forward():
+    with pytest.raises(ValueError, match="less than or equal"):
+        ClassPolicy(max_payload_bytes=MAX_MESSAGE_BYTES, default_deadline_ms=1,
+                    wait_budget_ms=1)
+    assert POLICY.of("batch").max_payload_bytes == MAX_REQUEST_BYTES < MAX_MESSAGE_BYTES
