@@ -1,11 +1,11 @@
 """The fault harness: uniquely identified requests through a real kip while its processes
 crash, and a count of what came out (``kip faults``; tests/faults runs a small size).
 
-It starts a broker of its own, the pipeline and several digits workers, sends
+It starts a broker of its own, two pipeline processes and three digits workers, sends
 ``requests`` at a steady rate, and meanwhile, one fault at a time: kills a worker
-(SIGKILL), pauses one past its session timeout (SIGSTOP ... SIGCONT), kills the pipeline,
-restarts the broker. Killed processes are started again, as a supervisor would; a
-process that exits on its own is restarted too, and counted as unplanned.
+(SIGKILL), pauses one past its session timeout (SIGSTOP ... SIGCONT), kills or pauses
+the pipeline, restarts the broker. Killed processes are started again, as a supervisor
+would; a process that exits on its own is restarted too, and counted as unplanned.
 
 Then it drains: reads results, audit and dead letters with read_committed until every
 request is answered (or nothing moves for ``drain_timeout_s``), and reports lost,
@@ -42,9 +42,11 @@ class FaultPlan:
     requests: int = 20_000
     rate: float = 150.0                  # requests per second, offered steadily
     workers: int = 3
+    pipelines: int = 2                   # a paused one is a real zombie: the other takes over
     worker_kills: int = 10
     worker_pauses: int = 3
     pipeline_kills: int = 3
+    pipeline_pauses: int = 1
     broker_restarts: int = 1
     poison_ratio: float = 0.0            # share of messages that are poison
     interactive_share: float = 0.2
@@ -54,38 +56,47 @@ class FaultPlan:
 
     @property
     def faults(self) -> int:
-        return self.worker_kills + self.worker_pauses + self.pipeline_kills + self.broker_restarts
+        return (self.worker_kills + self.worker_pauses + self.pipeline_kills
+                + self.pipeline_pauses + self.broker_restarts)
 
 
 @dataclass
 class Supervisor:
-    """Keeps the pipeline (index 0) and the workers running, counting restarts."""
+    """Keeps the pipelines (the first ``pipelines`` processes) and the workers running,
+    counting restarts."""
 
     stack: DevStack
+    pipelines: int = 1
     planned: Counter = field(default_factory=Counter)
     unplanned: Counter = field(default_factory=Counter)
     paused: set[int] = field(default_factory=set)
 
     def start(self, workers: int) -> None:
-        self.stack.procs.append(self.stack.spawn(["pipeline"], log=_quiet))
+        for _ in range(self.pipelines):
+            self.stack.procs.append(self.stack.spawn(["pipeline"], log=_quiet))
         for _ in range(workers):
             self.stack.procs.append(self.stack.spawn(["worker", "--model", MODEL], log=_quiet))
 
-    def name(self, index: int) -> str:
-        return "pipeline" if index == 0 else f"worker {index}"
+    def kind(self, index: int) -> str:
+        return "pipeline" if index < self.pipelines else "worker"
+
+    def pick(self, kind: str, rng: random.Random) -> int:
+        if kind == "pipeline":
+            return rng.randrange(self.pipelines)
+        return rng.randrange(self.pipelines, len(self.stack.procs))
 
     def kill(self, index: int) -> None:
         proc = self.stack.procs[index]
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        self.planned[self.name(index).split()[0]] += 1
+        self.planned[self.kind(index)] += 1
         self._respawn(index)
 
     def revive(self) -> None:
         """Start again whatever exited on its own."""
         for index, proc in enumerate(self.stack.procs):
             if proc.poll() is not None and index not in self.paused:
-                self.unplanned[self.name(index).split()[0]] += 1
+                self.unplanned[self.kind(index)] += 1
                 self._respawn(index)
 
     def _respawn(self, index: int) -> None:
@@ -102,7 +113,7 @@ async def run_faults(plan: FaultPlan, registry: Path, log=print) -> FaultReport:
                          registry_dir=registry, metrics_base_port=0,
                          worker_env={"KIP_SESSION_TIMEOUT_MS": str(plan.session_timeout_ms),
                                      "KIP_INTRA_OP_THREADS": "1"})
-        supervisor = Supervisor(stack)
+        supervisor = Supervisor(stack, plan.pipelines)
         try:
             await asyncio.to_thread(stack.prepare, log)
             supervisor.start(plan.workers)
@@ -138,7 +149,8 @@ async def _run(plan: FaultPlan, stack: DevStack, broker: LocalBroker, supervisor
             report = tally.report(sent.kinds, sent.failed)
             report.leftover = await leftover_records(stack.bootstrap, stack.names, [MODEL])
             report.faults = dict(supervisor.planned) | {
-                "worker pauses": plan.worker_pauses, "broker restarts": plan.broker_restarts}
+                "worker pauses": plan.worker_pauses, "pipeline pauses": plan.pipeline_pauses,
+                "broker restarts": plan.broker_restarts}
             report.unplanned = dict(supervisor.unplanned)
             report.elapsed_s = time.monotonic() - started
             return report
@@ -208,23 +220,25 @@ async def _inject(plan: FaultPlan, stack: DevStack, broker: LocalBroker,
     rng = random.Random(plan.seed)
     events = (["kill worker"] * plan.worker_kills + ["pause worker"] * plan.worker_pauses
               + ["kill pipeline"] * plan.pipeline_kills
+              + ["pause pipeline"] * plan.pipeline_pauses
               + ["restart broker"] * plan.broker_restarts)
     rng.shuffle(events)
     gap = plan.requests / plan.rate / (len(events) + 1)
     for n, event in enumerate(events, 1):
         await asyncio.sleep(gap)
-        worker = rng.randrange(1, plan.workers + 1)
-        log(f"  fault {n}/{len(events)}: {event}" + (f" {worker}" if "worker" in event else ""))
-        if event == "kill worker":
-            supervisor.kill(worker)
-        elif event == "kill pipeline":
-            supervisor.kill(0)
-        elif event == "pause worker":
-            await _pause(stack, supervisor, worker, plan.session_timeout_ms / 1000 + 2)
-        else:
+        action, kind = event.split()
+        if kind == "broker":
+            log(f"  fault {n}/{len(events)}: {event}")
             await asyncio.to_thread(broker.stop)
             await asyncio.sleep(1)
             await asyncio.to_thread(broker.start, log=_quiet)
+            continue
+        index = supervisor.pick(kind, rng)
+        log(f"  fault {n}/{len(events)}: {event} (process {index})")
+        if action == "kill":
+            supervisor.kill(index)
+        else:
+            await _pause(stack, supervisor, index, plan.session_timeout_ms / 1000 + 2)
 
 
 async def _pause(stack: DevStack, supervisor: Supervisor, index: int, seconds: float) -> None:
@@ -266,10 +280,13 @@ def add_arguments(p) -> None:
     p.add_argument("--requests", type=int, default=d.requests)
     p.add_argument("--rate", type=float, default=d.rate, help="requests per second")
     p.add_argument("--workers", type=int, default=d.workers, help="digits worker processes")
+    p.add_argument("--pipelines", type=int, default=d.pipelines, help="pipeline processes")
     p.add_argument("--worker-kills", type=int, default=d.worker_kills)
     p.add_argument("--worker-pauses", type=int, default=d.worker_pauses,
                    help="SIGSTOP past the session timeout, then SIGCONT")
     p.add_argument("--pipeline-kills", type=int, default=d.pipeline_kills)
+    p.add_argument("--pipeline-pauses", type=int, default=d.pipeline_pauses,
+                   help="SIGSTOP past the session timeout, then SIGCONT")
     p.add_argument("--broker-restarts", type=int, default=d.broker_restarts)
     p.add_argument("--poison", type=float, default=d.poison_ratio, metavar="RATIO",
                    help="share of poison messages (e.g. 0.01)")
@@ -279,8 +296,10 @@ def add_arguments(p) -> None:
 
 def run_cli(args) -> int:
     plan = FaultPlan(requests=args.requests, rate=args.rate, workers=args.workers,
+                     pipelines=args.pipelines,
                      worker_kills=args.worker_kills, worker_pauses=args.worker_pauses,
-                     pipeline_kills=args.pipeline_kills, broker_restarts=args.broker_restarts,
+                     pipeline_kills=args.pipeline_kills,
+                     pipeline_pauses=args.pipeline_pauses, broker_restarts=args.broker_restarts,
                      poison_ratio=args.poison, seed=args.seed)
     report = asyncio.run(run_faults(plan, args.registry, log=_flushed))
     print("\n".join(report.lines()))

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.broker
 @pytest.mark.timeout(300)
 def test_every_request_answered_exactly_once_through_crashes(registry):
     plan = FaultPlan(requests=1500, rate=120, workers=3, worker_kills=3, worker_pauses=1,
-                     pipeline_kills=1, broker_restarts=1, seed=7)
+                     pipeline_kills=1, pipeline_pauses=1, broker_restarts=1, seed=7)
     report = asyncio.run(run_faults(plan, registry.root, log=lambda *_: None))
     print("\n".join(report.lines()))
     assert report.sent == 1500 and report.failed_sends == 0
@@ -24,6 +24,6 @@ def test_every_request_answered_exactly_once_through_crashes(registry):
     assert report.unseen == 0
     assert report.orphaned == 0
     assert report.faults == {"worker": 3, "pipeline": 1, "worker pauses": 1,
-                             "broker restarts": 1}
+                             "pipeline pauses": 1, "broker restarts": 1}
     assert not any(report.leftover.values()), report.leftover
     assert report.passed

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.broker
 @pytest.mark.timeout(240)
 def test_poison_is_dead_lettered_once_and_serving_goes_on(registry):
     plan = FaultPlan(requests=1000, rate=200, workers=2, worker_kills=0, worker_pauses=0,
-                     pipeline_kills=0, broker_restarts=0, poison_ratio=0.03, seed=3)
+                     pipeline_kills=0, pipeline_pauses=0, broker_restarts=0,
+                     poison_ratio=0.03, seed=3)
     report = asyncio.run(run_faults(plan, registry.root, log=lambda *_: None))
     print("\n".join(report.lines()))
     assert report.poison == 30   # ten of each kind
