@@ -72,14 +72,17 @@ async def backlog_by_class(consumer: AIOKafkaConsumer, topic_class: dict[str, Pr
                            ) -> dict[Priority, int]:
     """Records not yet consumed in this member's partitions, per class.
 
-    Uses the last stable offset that fetch responses carry, never a request of its own:
+    Uses the high watermark that fetch responses carry, never a request of its own:
     an offsets request shares the connection with the fetch long-poll and would wait
-    behind it (up to fetch_max_wait_ms) on every call. A paused partition keeps the
-    value it had when it was paused, which still shows that it has backlog.
+    behind it (up to fetch_max_wait_ms) on every call. The high watermark, not the last
+    stable offset: work items in a pipeline transaction not yet committed are already
+    on their way, and admission must count them (with the stable offset it missed them
+    and let in requests that then expired). A paused partition keeps the value it had
+    when it was paused, which still shows that it has backlog.
     """
     out: dict[Priority, int] = {}
     for tp in consumer.assignment():
-        end = consumer.last_stable_offset(tp)
+        end = consumer.highwater(tp)
         if end is None:
             continue
         priority = topic_class[tp.topic]

@@ -202,17 +202,19 @@ class Worker:
                 saturated_since = None
                 continue
             async with lane.busy:
-                await self.process(records, lane)
+                inferred = await self.process(records, lane)
             finished = time.monotonic()
             if len(records) >= max(1, self.max_batch // 2):
-                # Capacity is the rate the lane drains a backlog: from the end of one
+                # Capacity is the rate the lane serves a backlog: from the end of one
                 # well-filled batch to the end of the next, so fetches, commits and the
                 # CPU other processes take all count. (Busy time alone overstated it, and
-                # admission let in requests that then expired in the queue.) A lone
-                # request's rate is mostly fixed cost and says nothing: until two
+                # admission let in requests that then expired in the queue.) Only
+                # requests that ran inference count: expired ones leave the queue fast,
+                # and counting them made admission let in more, which expired in turn.
+                # A lone request's rate is mostly fixed cost and says nothing: until two
                 # well-filled batches in a row, capacity reads "unknown".
                 if saturated_since is not None:
-                    self.throughput.record(len(records), finished - saturated_since)
+                    self.throughput.record(inferred, finished - saturated_since)
                 saturated_since = finished
             else:
                 saturated_since = None
@@ -233,14 +235,16 @@ class Worker:
                                               key=self.id.encode(), headers=headers(message))
             await asyncio.sleep(self.settings.telemetry_interval_s)
 
-    async def process(self, records: list[ConsumerRecord], lane: Lane) -> None:
-        """Outputs for every record, committed with the records' offsets.
+    async def process(self, records: list[ConsumerRecord], lane: Lane) -> int:
+        """Outputs for every record, committed with the records' offsets; returns how
+        many requests ran inference.
 
         Classes run highest first, and each class's partitions commit as soon as its
         requests are answered. Lower classes run in chunks of ``background_max_batch``
         rows, which bounds how long one inference call holds the device.
         """
         pulled = float(now_ms())
+        inferred = 0
         by_class: dict[Priority, list[ConsumerRecord]] = defaultdict(list)
         for record in records:
             by_class[self.topic_class[record.topic]].append(record)
@@ -255,7 +259,9 @@ class Worker:
             for (name, version), group in self._groups(pairs, priority):
                 for record, outs in await self._infer(name, version, group, pulled, lane):
                     outputs[id(record)] = outs
+                    inferred += _ran_inference(outs)
             await self._commit(lane, by_class[priority], outputs)
+        return inferred
 
     def _groups(self, pairs: list[Pair], priority: Priority):
         """(model, version) groups of one class; lower classes in chunks."""
@@ -347,6 +353,11 @@ class Worker:
         self.sessions[f"{name}@{version}"] = session
         metrics.MODELS_LOADED.labels(name, version, session.provider).set(1)
         log.warning("worker serves %s@%s on %s", name, version, session.provider)
+
+
+def _ran_inference(outputs: list[Output]) -> bool:
+    return any(isinstance(m, InferenceResult) and m.timings.inference_ms is not None
+               for _, _, m, _ in outputs)
 
 
 def _records(outputs: list[Output]) -> list:
