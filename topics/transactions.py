@@ -174,12 +174,11 @@ async def _stop_quietly(producer: AIOKafkaProducer) -> None:
         await asyncio.wait_for(producer.stop(), 5)
     except Exception as err:   # a broken producer: its connections close with it
         log.info("producer stop: %r", err)
-    # A fenced producer also fails aiokafka's internal waiters, which nobody awaits once
-    # we drop the producer; read them so asyncio does not report the error as lost.
-    for waiter in (getattr(producer._txn_manager, "_transaction_waiter", None),
-                   getattr(producer._message_accumulator, "_drain_waiter", None)):
-        if waiter is not None and waiter.done():
-            _retrieve(waiter)
+    # A fenced producer also fails aiokafka's internal transaction waiter, which nobody
+    # awaits once we drop the producer; read it so asyncio does not report it as lost.
+    waiter = getattr(producer._txn_manager, "_transaction_waiter", None)
+    if waiter is not None and waiter.done():
+        _retrieve(waiter)
 
 
 def by_partition(items, tp_of: Callable) -> dict[TopicPartition, list]:

@@ -67,8 +67,8 @@ class Lane:
 class _Revocations(ConsumerRebalanceListener):
     """Finish the batch in flight, then drop the revoked partitions' producers."""
 
-    def __init__(self) -> None:
-        self.lane: Lane | None = None
+    def __init__(self, lane: Lane) -> None:
+        self.lane = lane
 
     async def on_partitions_revoked(self, revoked) -> None:
         metrics.PARTITIONS_REVOKED.labels(self.lane.transactions.group_id).inc(len(revoked))
@@ -146,9 +146,7 @@ class Worker:
             s.bootstrap, group, transaction_timeout_ms(s.session_timeout_ms),
             owned=lambda tp: tp in consumer.assignment())
         lane = Lane(name or "background", consumer, executor, transactions)
-        listener = _Revocations()
-        listener.lane = lane
-        consumer.subscribe(topics, listener=listener)
+        consumer.subscribe(topics, listener=_Revocations(lane))
         return lane
 
     async def stop(self) -> None:
