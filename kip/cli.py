@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the CLI's last word: one clear line, no traceback
         if os.environ.get("KIP_DEBUG"):
             raise
-        print(f"kip: error: {exc or type(exc).__name__}", file=sys.stderr)
+        print(f"kip: error: {str(exc) or type(exc).__name__}", file=sys.stderr)
         if type(exc).__name__ == "KafkaConnectionError":
             print("kip: is the broker running? Start one with `kip kafka start`, or point "
                   "KIP_BOOTSTRAP at yours.", file=sys.stderr)

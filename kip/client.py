@@ -31,25 +31,29 @@ Inputs = list[Tensor] | Mapping[str, np.ndarray | list[str]]
 
 class KipClient:
     def __init__(self, bootstrap: str, *, tenant: str, key_id: str, secret: bytes | str,
-                 topic_prefix: str = "kip", reply_to: str | None = None) -> None:
+                 topic_prefix: str = "kip", reply_to: str | None = None,
+                 bulk_linger_ms: int = 20) -> None:
+        """``bulk_linger_ms``: how long a standard or batch request may wait to share a
+        produce request with the ones after it. Fewer, larger produce requests cost the
+        broker much less; interactive requests go through a producer that does not wait."""
         self.bootstrap = bootstrap
+        self.bulk_linger_ms = bulk_linger_ms
         self.tenant, self.key_id = tenant, key_id
         self._secret = secret.encode() if isinstance(secret, str) else secret
         self.names = TopicNames(topic_prefix)
         self.reply_to = reply_to
         self._pending: dict[str, asyncio.Future[InferenceResult]] = {}
         self.unmatched = 0
-        self._producer: AIOKafkaProducer | None = None
+        self._producer: AIOKafkaProducer | None = None        # interactive, raw
+        self._bulk_producer: AIOKafkaProducer | None = None   # standard and batch
         self._consumer: AIOKafkaConsumer | None = None
         self._reader: asyncio.Task | None = None
 
     async def start(self) -> None:
         if self._producer is not None:
             return
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
-            max_request_size=MAX_MESSAGE_BYTES, linger_ms=1)
-        await self._producer.start()
+        self._producer = await self._start_producer(linger_ms=1)
+        self._bulk_producer = await self._start_producer(linger_ms=self.bulk_linger_ms)
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None,
             isolation_level="read_committed",
@@ -63,10 +67,10 @@ class KipClient:
         if reader is not None:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
-        for client in (self._producer, self._consumer):
+        for client in (self._producer, self._bulk_producer, self._consumer):
             if client is not None:
                 await client.stop()
-        self._producer = self._consumer = None
+        self._producer = self._bulk_producer = self._consumer = None
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(ConnectionError("KipClient stopped before the result came"))
@@ -106,7 +110,9 @@ class KipClient:
     async def send(self, request: InferenceRequest) -> asyncio.Future:
         """Publish ``request`` without tracking its result; the returned future resolves
         with the record metadata once Kafka has it."""
-        return await self._producer.send(
+        producer = (self._producer if request.priority == Priority.INTERACTIVE
+                    else self._bulk_producer)
+        return await producer.send(
             self.names.requests(request.priority), encode(request),
             key=request.tenant.encode(), headers=headers(request, request.traceparent))
 
@@ -136,6 +142,13 @@ class KipClient:
         finally:
             self._pending.pop(request.request_id, None)
 
+    async def _start_producer(self, linger_ms: int) -> AIOKafkaProducer:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
+            max_request_size=MAX_MESSAGE_BYTES, linger_ms=linger_ms)
+        await producer.start()
+        return producer
+
     async def _listen_from_now(self, topic: str) -> None:
         tps = await assign_all(self._consumer, topic, what="reply topic")
         await self._consumer.seek_to_end(*tps)
@@ -147,18 +160,24 @@ class KipClient:
             batches = await self._consumer.getmany(timeout_ms=500, max_records=1000)
             for records in batches.values():
                 for record in records:
-                    self._deliver(record.value)
+                    self._deliver(record.key, record.value)
 
-    def _deliver(self, value: bytes) -> None:
+    def _deliver(self, key: bytes | None, value: bytes) -> None:
+        """Match a result to its pending request. Results are keyed by request id, so
+        other clients' results (every client reads the whole reply topic) are counted
+        without being decoded."""
+        fut = self._pending.get(key.decode("utf-8", "replace")) if key else None
+        if fut is None or fut.done():
+            self.unmatched += 1   # another client's, a duplicate, or too late
+            return
         try:
             result = decode(InferenceResult, value)
         except InvalidRequest:
-            return  # not ours to judge: someone else's malformed result
-        fut = self._pending.pop(result.request_id, None)
-        if fut is not None and not fut.done():
+            return  # not ours to judge: a malformed result under our request's id
+        if self._pending.pop(result.request_id, None) is fut:
             fut.set_result(result)
         else:
-            self.unmatched += 1   # another client's, a duplicate, or too late
+            self.unmatched += 1
 
 
 def _fail_if_undelivered(delivery: asyncio.Future, result: asyncio.Future) -> None:

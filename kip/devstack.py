@@ -55,6 +55,7 @@ class DevStack:
     worker_env: dict[str, str] = field(default_factory=dict)
     split_pipeline: bool = False   # one pipeline for interactive, one (niced) for the rest
     procs: list[subprocess.Popen] = field(default_factory=list)
+    logs: dict[int, Path] = field(default_factory=dict)   # pid -> its log file
 
     @property
     def broker(self) -> LocalBroker:
@@ -77,7 +78,8 @@ class DevStack:
         return self.home / "access.json"
 
     def env(self) -> dict[str, str]:
-        return os.environ | {"KIP_BOOTSTRAP": self.bootstrap,
+        return os.environ | {"KIP_HOME": str(self.home),
+                             "KIP_BOOTSTRAP": self.bootstrap,
                              "KIP_TOPIC_PREFIX": self.prefix,
                              "KIP_REGISTRY_DIR": str(self.registry.root),
                              "KIP_ACCESS_FILE": str(self.access_file)}
@@ -113,6 +115,7 @@ class DevStack:
         with open(logfile, "ab") as out:
             proc = subprocess.Popen([sys.executable, "-m", "kip.cli", *args], env=env,
                                     stdout=out, stderr=subprocess.STDOUT)
+        self.logs[proc.pid] = logfile
         log(f"started kip {' '.join(args)} (pid {proc.pid}, metrics on :{metrics_port}, "
             f"log {logfile})")
         return proc
@@ -129,14 +132,22 @@ class DevStack:
         return stopped_s
 
     def check_services(self) -> None:
+        """Raise, with the end of its log, if a service has exited."""
         for proc in self.procs:
             if proc.poll() is not None:
-                raise RuntimeError(f"{' '.join(proc.args[3:])} exited with {proc.returncode}; "
-                                   f"see the logs in {self.home}")
+                raise RuntimeError(f"kip {' '.join(proc.args[3:])} exited with "
+                                   f"{proc.returncode}; the end of its log:\n"
+                                   + _tail(self.logs.get(proc.pid)))
 
     def stop_services(self, timeout_s: float = 20.0) -> None:
         _terminate(list(reversed(self.procs)), timeout_s)
         self.procs.clear()
+
+
+def _tail(path: Path | None, lines: int = 15) -> str:
+    if path is None or not path.exists():
+        return "(no log)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def _terminate(procs: list[subprocess.Popen], timeout_s: float) -> None:

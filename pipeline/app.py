@@ -1,11 +1,12 @@
 """The faust-streaming adapter: requests topics -> ``decide`` -> work / result topics.
 
 Delivery: exactly-once for read_committed readers. A round of up to ``take_max`` events
-is decided; then, for each input partition, one Kafka transaction carries every output
-of its events (work item or result, audit record, dead letter) and the partition's next
-offset for faust's consumer group (topics/transactions.py). faust's own offset commits
-are switched off (``TransactionalConsumer``): kip commits offsets only inside those
-transactions. Why not faust's ``exactly_once`` mode: docs/architecture.md.
+(collected for at most its class's ``round_ms``) is decided; then, for each input
+partition, one Kafka transaction carries every output of its events (work item or
+result, audit record, dead letter) and the partition's next offset for faust's consumer
+group (topics/transactions.py). faust's own offset commits are switched off
+(``TransactionalConsumer``): kip commits offsets only inside those transactions. Why not
+faust's ``exactly_once`` mode: docs/architecture.md.
 
 State: quota settings and fallbacks come from the control topic, capacity from the
 telemetry topic, bucket levels from the quota-levels topic; each is followed by a
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from pathlib import Path
 
 import faust
 import orjson
@@ -25,6 +27,7 @@ from aiokafka import TopicPartition
 from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
 
 from kip import metrics
+from kip.settings import kip_home
 from pipeline.access import AccessConfig
 from pipeline.capacity import CapacityView
 from pipeline.control import ControlState, apply_telemetry
@@ -33,10 +36,10 @@ from pipeline.follower import TopicFollower
 from pipeline.quota import Ledger, apply_levels, dump_levels
 from pipeline.known_topics import KnownTopics
 from pipeline.routing import Router
-from pipeline.settings import PipelineSettings
+from pipeline.settings import DEFAULT_ROUND_MS, PipelineSettings
 from schemas.codec import encode, headers, now_ms
 from schemas.errors import Internal
-from schemas.messages import DeadLetterRecord, WorkItem
+from schemas.messages import DeadLetterRecord, Priority, WorkItem
 from topics.names import TopicNames
 from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
 
@@ -84,7 +87,8 @@ def create_app(settings: PipelineSettings) -> faust.App:
     app = faust.App(
         settings.names.pipeline_group(settings.classes),
         broker=f"kafka://{settings.bootstrap}",
-        store="memory://", web_enabled=False, topic_replication_factor=1,
+        store="memory://", web_enabled=False,
+        datadir=str(_faust_dir() / "{conf.name}-data"), topic_replication_factor=1,
         producer_acks=-1, consumer_auto_offset_reset="earliest", autodiscover=False,
         topic_partitions=settings.request_partitions,
         broker_session_timeout=settings.session_timeout_ms / 1000,
@@ -95,8 +99,16 @@ def create_app(settings: PipelineSettings) -> faust.App:
     for priority in settings.classes:
         topic = app.topic(settings.names.requests(priority), key_serializer="raw",
                           value_serializer="raw")
-        app.agent(topic, name=f"admit-{priority.value}")(_admit_agent(app, state))
+        app.agent(topic, name=f"admit-{priority.value}")(_admit_agent(app, state, priority))
     return app
+
+
+def _faust_dir() -> Path:
+    """Where faust keeps its (unused: no tables) app directory: under $KIP_HOME, not in
+    whatever directory the process was started from."""
+    path = kip_home() / "faust"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 class TransactionalConsumer(FaustConsumer):
@@ -113,15 +125,17 @@ def _follow(state: PipelineState):
     return follow
 
 
-def _admit_agent(app: faust.App, state: PipelineState):
+def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
     settings = state.settings
+    within_s = settings.round_ms.get(priority, DEFAULT_ROUND_MS[priority]) / 1000
 
     async def admit(stream):
         known_topics = KnownTopics(settings.bootstrap)
         transactions = PartitionTransactions(   # this agent's partitions only
             settings.bootstrap, app.conf.id,
             transaction_timeout_ms(settings.session_timeout_ms),
-            owned=lambda tp: tp in app.consumer.assignment())
+            owned=lambda tp: tp in app.consumer.assignment(),
+            any_partition=settings.names.any_partition)
 
         @app.on_partitions_revoked.connect
         async def release(sender, revoked, **kwargs) -> None:
@@ -132,8 +146,7 @@ def _admit_agent(app: faust.App, state: PipelineState):
         await state.ready()
         log.info("agent admits requests")
         try:
-            async for events in stream.take_events(settings.take_max,
-                                                   within=settings.take_within_s):
+            async for events in stream.take_events(settings.take_max, within=within_s):
                 ctx = state.context(await known_topics.current())
                 decisions = [decide_safely(e.message.value, _origin(e.message), ctx)
                              for e in events]

@@ -12,12 +12,21 @@ from schemas.messages import Priority
 from topics.names import PRIORITIES
 
 
+# An interactive request waits at most one round; a batch request can spare 50 ms, and
+# longer rounds cut the broker's transaction work (docs/architecture.md, "Rounds").
+DEFAULT_ROUND_MS = {Priority.INTERACTIVE: 5.0, Priority.STANDARD: 20.0, Priority.BATCH: 50.0}
+
+
 class PipelineSettings(KipSettings):
     access_file: Path = Field(default_factory=lambda: kip_home() / "access.json",
                               description="keys and tenant policies (default $KIP_HOME/access.json)")
     replay_window_ms: int = Field(300_000, description="accepted |now - issued_at_ms|")
     take_max: int = Field(200, description="requests decided per produce round")
-    take_within_s: float = Field(0.005, description="longest wait to fill a round")
+    round_ms: dict[Priority, float] = Field(
+        default_factory=lambda: dict(DEFAULT_ROUND_MS),
+        description="longest wait to fill a round, per class (JSON). Each round costs one "
+        "transaction per input partition: short rounds keep interactive latency low, "
+        "longer ones let batch traffic through in fewer transactions")
     admission: AdmissionPolicy = Field(
         default_factory=AdmissionPolicy,
         description="payload limits, default deadlines, wait budgets per class (JSON)")

@@ -46,6 +46,14 @@ class TopicNames:
     def telemetry(self) -> str:
         return f"{self.prefix}.telemetry"
 
+    def any_partition(self, topic: str) -> bool:
+        """Work items and results: one record per request, read in no key order, so a
+        producer may put them in any partition (audit records keep key order: a
+        request's records stay in one partition)."""
+        results = self.results
+        return (topic.startswith(f"{self.prefix}.work.") or topic == results
+                or topic.startswith(results + "."))
+
     # Consumer groups: named here too, so that tools can find a stage's offsets.
 
     def pipeline_group(self, classes: tuple[Priority, ...] = PRIORITIES) -> str:

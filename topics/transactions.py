@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -59,14 +60,21 @@ class PartitionTransactions:
 
     ``owned(tp)`` tells whether the stage still owns a partition; a commit that keeps
     failing gives up once it does not, and leaves the records to the new owner.
+
+    ``any_partition(topic)`` tells which output topics need no key placement: a
+    transaction puts all of its records of such a topic in one partition, picked at
+    random. Each partition a transaction touches costs the broker a marker write, and
+    a reader downstream can then commit a batch of them in one transaction.
     """
 
     def __init__(self, bootstrap: str, group_id: str, timeout_ms: int,
-                 owned: Callable[[TopicPartition], bool] = lambda tp: True) -> None:
+                 owned: Callable[[TopicPartition], bool] = lambda tp: True,
+                 any_partition: Callable[[str], bool] = lambda topic: False) -> None:
         self.bootstrap = bootstrap
         self.group_id = group_id
         self.timeout_ms = timeout_ms
         self.owned = owned
+        self.any_partition = any_partition
         self._producers: dict[TopicPartition, AIOKafkaProducer] = {}
         self._floor: dict[TopicPartition, int] = {}
         self._admin: AIOKafkaAdminClient | None = None
@@ -102,10 +110,14 @@ class PartitionTransactions:
             return
         await producer.begin_transaction()
         sent: list[asyncio.Future] = []
+        placed: dict[str, int | None] = {}
         try:
             for e in live:
                 for topic, key, value, headers in e.outputs:
-                    sent.append(await producer.send(topic, value, key=key, headers=headers))
+                    if topic not in placed:
+                        placed[topic] = await self._placement(producer, topic)
+                    sent.append(await producer.send(topic, value, key=key, headers=headers,
+                                                    partition=placed[topic]))
             await producer.send_offsets_to_transaction({tp: live[-1].offset + 1},
                                                        self.group_id)
             await producer.commit_transaction()
@@ -113,6 +125,12 @@ class PartitionTransactions:
             for future in sent:   # their errors are the transaction's: already raised
                 future.add_done_callback(_retrieve)
         self._floor[tp] = live[-1].offset + 1
+
+    async def _placement(self, producer: AIOKafkaProducer, topic: str) -> int | None:
+        """One random partition for a topic that needs no key placement, else None."""
+        if not self.any_partition(topic):
+            return None
+        return random.choice(sorted(await producer.partitions_for(topic)))
 
     async def _producer(self, tp: TopicPartition) -> AIOKafkaProducer:
         """The partition's producer; a new one fences older owners and reads the floor."""

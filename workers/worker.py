@@ -9,8 +9,9 @@ Delivery: exactly-once for read_committed readers. A batch's results, final audi
 records and dead letters leave in one Kafka transaction per input partition, together
 with that partition's next offset (topics/transactions.py): a crash, a pause past the
 session timeout or a rebalance either commits all of it or none of it, and a fenced
-zombie's outputs are never visible. Inference runs in executor threads, so the event
-loop keeps heartbeating however long a batch takes.
+zombie's outputs are never visible. Those transactions commit while the next batch's
+inference runs. Inference runs in executor threads, so the event loop keeps heartbeating
+however long a batch takes.
 
 Poison: an undecodable work item, or a request whose inference fails on its own (the
 batch is retried request by request to find it), ends as a failed result plus a
@@ -55,13 +56,34 @@ Pair = tuple[ConsumerRecord, WorkItem]
 
 @dataclass
 class Lane:
-    """One consumer-group member with its inference thread and transactions."""
+    """One consumer-group member with its inference thread and transactions.
+
+    ``committing`` holds the transactions of the last batch still in flight: the next
+    batch's inference runs while they commit, so the device does not wait for Kafka.
+    """
 
     name: str
     consumer: AIOKafkaConsumer
     executor: ThreadPoolExecutor
     transactions: PartitionTransactions
     busy: asyncio.Lock = field(default_factory=asyncio.Lock)
+    committing: list[asyncio.Task] = field(default_factory=list)
+
+    async def settle(self) -> None:
+        """Wait for the transactions in flight; raise what they raised (a defect: Kafka
+        errors are retried inside them)."""
+        tasks, self.committing = self.committing, []
+        await asyncio.gather(*tasks)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Give the transactions in flight ``timeout_s`` to finish, then abandon them
+        (a transaction left open is aborted by the broker)."""
+        tasks, self.committing = self.committing, []
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=timeout_s)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class _Revocations(ConsumerRebalanceListener):
@@ -73,6 +95,8 @@ class _Revocations(ConsumerRebalanceListener):
     async def on_partitions_revoked(self, revoked) -> None:
         metrics.PARTITIONS_REVOKED.labels(self.lane.transactions.group_id).inc(len(revoked))
         async with self.lane.busy:
+            if self.lane.committing:   # their errors are the loop's to raise
+                await asyncio.wait(self.lane.committing)
             for tp in revoked:
                 await self.lane.transactions.release(tp)
 
@@ -144,7 +168,8 @@ class Worker:
             fetch_max_bytes=4 * MAX_MESSAGE_BYTES)
         transactions = PartitionTransactions(
             s.bootstrap, group, transaction_timeout_ms(s.session_timeout_ms),
-            owned=lambda tp: tp in consumer.assignment())
+            owned=lambda tp: tp in consumer.assignment(),
+            any_partition=self.names.any_partition)
         lane = Lane(name or "background", consumer, executor, transactions)
         consumer.subscribe(topics, listener=_Revocations(lane))
         return lane
@@ -158,6 +183,7 @@ class Worker:
             await self.producer.send_and_wait(self.names.telemetry, None,
                                               key=self.id.encode())
         for lane in self.lanes:
+            await lane.drain(lane.transactions.timeout_ms / 1000)
             await lane.consumer.stop()
             await lane.transactions.close()
             lane.executor.shutdown(wait=True)
@@ -198,6 +224,7 @@ class Worker:
                                        self.settings.max_delay_ms)
             if not records:
                 saturated_since = None
+                await lane.settle()   # surface a failed commit even when idle
                 continue
             async with lane.busy:
                 inferred = await self.process(records, lane)
@@ -237,29 +264,43 @@ class Worker:
         """Outputs for every record, committed with the records' offsets; returns how
         many requests ran inference.
 
-        Classes run highest first, and each class's partitions commit as soon as its
-        requests are answered. Lower classes run in chunks of ``background_max_batch``
-        rows, which bounds how long one inference call holds the device.
+        Classes run highest first, and each class's partitions start to commit as soon
+        as its requests are answered, in the background: the next inference overlaps
+        them. The previous batch's transactions finish before this batch's start, so a
+        partition's transactions stay in order. Lower classes run in chunks of
+        ``background_max_batch`` rows, which bounds how long one inference call holds
+        the device.
         """
         pulled = float(now_ms())
         inferred = 0
         by_class: dict[Priority, list[ConsumerRecord]] = defaultdict(list)
         for record in records:
             by_class[self.topic_class[record.topic]].append(record)
+        settled = False
         for priority in sorted(by_class, key=_RANK.__getitem__):
-            outputs: dict[int, list[Output]] = {}
-            pairs: list[Pair] = []
-            for record in by_class[priority]:
-                try:
-                    pairs.append((record, decode(WorkItem, record.value)))
-                except InvalidRequest as err:
-                    outputs[id(record)] = undecodable(record, err, self.names)
-            for (name, version), group in self._groups(pairs, priority):
-                for record, outs in await self._infer(name, version, group, pulled, lane):
-                    outputs[id(record)] = outs
-                    inferred += _ran_inference(outs)
-            await self._commit(lane, by_class[priority], outputs)
+            outputs = await self._answer(by_class[priority], priority, pulled, lane)
+            inferred += sum(_ran_inference(outs) for outs in outputs.values())
+            if not settled:
+                await lane.settle()
+                settled = True
+            lane.committing.append(asyncio.create_task(
+                self._commit(lane, by_class[priority], outputs)))
         return inferred
+
+    async def _answer(self, records: list[ConsumerRecord], priority: Priority,
+                      pulled: float, lane: Lane) -> dict[int, list[Output]]:
+        """Every record's outputs (by ``id(record)``): inference or a terminal error."""
+        outputs: dict[int, list[Output]] = {}
+        pairs: list[Pair] = []
+        for record in records:
+            try:
+                pairs.append((record, decode(WorkItem, record.value)))
+            except InvalidRequest as err:
+                outputs[id(record)] = undecodable(record, err, self.names)
+        for (name, version), group in self._groups(pairs, priority):
+            for record, outs in await self._infer(name, version, group, pulled, lane):
+                outputs[id(record)] = outs
+        return outputs
 
     def _groups(self, pairs: list[Pair], priority: Priority):
         """(model, version) groups of one class; lower classes in chunks."""
