@@ -139,13 +139,23 @@ async def _offer(client: KipClient, args, rates: dict, duration: float) -> LoadR
 
 
 async def _overload_scenario(client: KipClient, args) -> int:
-    capacity = await _mixed_capacity(client, args, 20)
+    """Warm up, capacity, interactive alone, overload, capacity again. Capacity is the
+    mean of the measurements before and after the overload window: this machine's
+    speed drifts by several percent from minute to minute, and measuring on both
+    sides keeps that drift from landing on one side of the goodput ratio."""
+    print("warming up (not measured): the broker's JIT and the workers' caches ...",
+          flush=True)
+    await _mixed_capacity(client, args, 15)
+    before = await _mixed_capacity(client, args, 20)
     alone = await _offer(client, args, {Priority.INTERACTIVE: args.interactive_rate}, 20)
     print_report(alone, "interactive alone")
     rates = {Priority.INTERACTIVE: args.interactive_rate,
-             Priority.BATCH: args.overload * capacity}
+             Priority.BATCH: args.overload * before}
     mixed = await _offer(client, args, rates, args.duration)
     print_report(mixed, f"interactive + batch at {args.overload:.1f}x capacity")
+    after = await _mixed_capacity(client, args, 20)
+    capacity = (before + after) / 2
+    print(f"capacity: {before:.1f}/s before, {after:.1f}/s after; mean {capacity:.1f}/s")
     return _verdict(capacity, alone, mixed)
 
 
@@ -155,7 +165,7 @@ async def _mixed_capacity(client: KipClient, args, duration_s: float) -> float:
     The same mix as under overload, so the goodput ratio measures what overload costs,
     not what serving interactive requests one at a time costs (an unbatched request
     takes the worker about 2.5 times as long as one in a full batch)."""
-    print(f"measuring capacity: batch closed loop (256 in flight) beside interactive "
+    print(f"capacity: batch closed loop (256 in flight) beside interactive "
           f"{args.interactive_rate:.0f}/s, {duration_s:.0f}s ...", flush=True)
     interactive = {Priority.INTERACTIVE: args.interactive_rate}
     batch, beside = await asyncio.gather(
