@@ -146,14 +146,15 @@ async def _overload_scenario(client: KipClient, args) -> int:
     print("warming up (not measured): the broker's JIT and the workers' caches ...",
           flush=True)
     await _mixed_capacity(client, args, 15)
-    before = await _mixed_capacity(client, args, 20)
+    # One 20 s window varies by ~7% (six in a row: 180-220/s); two of 30 s, ~4%.
+    before = await _mixed_capacity(client, args, 30)
     alone = await _offer(client, args, {Priority.INTERACTIVE: args.interactive_rate}, 20)
     print_report(alone, "interactive alone")
     rates = {Priority.INTERACTIVE: args.interactive_rate,
              Priority.BATCH: args.overload * before}
     mixed = await _offer(client, args, rates, args.duration)
     print_report(mixed, f"interactive + batch at {args.overload:.1f}x capacity")
-    after = await _mixed_capacity(client, args, 20)
+    after = await _mixed_capacity(client, args, 30)
     capacity = (before + after) / 2
     print(f"capacity: {before:.1f}/s before, {after:.1f}/s after; mean {capacity:.1f}/s")
     return _verdict(capacity, alone, mixed)
