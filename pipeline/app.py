@@ -36,7 +36,7 @@ from pipeline.follower import TopicFollower
 from pipeline.quota import Ledger, apply_levels, dump_levels
 from pipeline.known_topics import KnownTopics
 from pipeline.routing import Router
-from pipeline.settings import DEFAULT_ROUND_MS, PipelineSettings
+from pipeline.settings import PipelineSettings
 from schemas.codec import encode, headers, now_ms
 from schemas.errors import Internal
 from schemas.messages import DeadLetterRecord, Priority, WorkItem
@@ -127,7 +127,7 @@ def _follow(state: PipelineState):
 
 def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
     settings = state.settings
-    within_s = settings.round_ms.get(priority, DEFAULT_ROUND_MS[priority]) / 1000
+    within_s = settings.round_ms[priority] / 1000
 
     async def admit(stream):
         known_topics = KnownTopics(settings.bootstrap)

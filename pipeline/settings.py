@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from kip.settings import KipSettings, kip_home
 from pipeline.admission import AdmissionPolicy
@@ -13,7 +13,8 @@ from topics.names import PRIORITIES
 
 
 # An interactive request waits at most one round; a batch request can spare 50 ms, and
-# longer rounds cut the broker's transaction work (docs/architecture.md, "Rounds").
+# longer rounds cut the broker's transaction work (docs/architecture.md, "Overload on two
+# cores").
 DEFAULT_ROUND_MS = {Priority.INTERACTIVE: 5.0, Priority.STANDARD: 20.0, Priority.BATCH: 50.0}
 
 
@@ -39,6 +40,13 @@ class PipelineSettings(KipSettings):
     nice: int = Field(0, ge=0, le=19, description="lower this process's CPU priority by "
                       "this much (e.g. 10 for a standard/batch pipeline beside an "
                       "interactive one)")
+
+    @field_validator("round_ms")
+    @classmethod
+    def _every_class(cls, rounds: dict[Priority, float]) -> dict[Priority, float]:
+        """Classes the setting leaves out keep their defaults."""
+        return DEFAULT_ROUND_MS | rounds
+
     session_timeout_ms: int = Field(
         10_000, description="consumer-group session timeout: how soon a dead pipeline "
         "process's partitions move to another")

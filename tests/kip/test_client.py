@@ -36,3 +36,17 @@ def test_stopping_fails_requests_still_waiting(broker, prefix):
     pending = asyncio.run(go())
     with pytest.raises(ConnectionError, match="stopped before the result"):
         pending.result()
+
+
+def test_results_of_other_requests_are_counted_without_being_decoded(broker, prefix):
+    asyncio.run(apply(broker.bootstrap, catalogue(TopicNames(prefix), ["digits"], 1)))
+
+    async def go():
+        async with _client(broker, prefix) as client:
+            mine = client.expect("mine")
+            client._deliver(b"someone-else", b"not json at all")   # skipped by its key
+            client._deliver(b"mine", b"not json either")           # ours, but malformed
+            return client.unmatched, mine.done()
+    unmatched, answered = asyncio.run(go())
+    assert (unmatched, answered) == (1, False)
+

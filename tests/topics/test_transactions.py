@@ -86,3 +86,33 @@ def test_a_fresh_producer_skips_what_is_already_committed(broker, prefix):
             assert await tx.commit(tp, _entries(out, range(12, 16)))
         assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(16)]
     asyncio.run(scenario())
+
+
+def test_records_of_an_any_partition_topic_share_one_partition_per_transaction(broker, prefix):
+    async def scenario():
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(f"{prefix}.in", 1, 1),
+                                       NewTopic(f"{prefix}.free", 3, 1),
+                                       NewTopic(f"{prefix}.keyed", 3, 1)])
+        finally:
+            await admin.close()
+        free, keyed = f"{prefix}.free", f"{prefix}.keyed"
+        tp = TopicPartition(f"{prefix}.in", 0)
+        async with PartitionTransactions(broker.bootstrap, f"{prefix}.g", TIMEOUT_MS,
+                                         any_partition=lambda t: t == free) as tx:
+            for round_ in range(4):
+                entries = [Entry(round_ * 30 + i,
+                                 [(free, f"k{i}".encode(), f"{round_}".encode(), []),
+                                  (keyed, f"k{i}".encode(), b"x", [])])
+                           for i in range(30)]
+                assert await tx.commit(tp, entries)
+        by_round: dict[bytes, set[int]] = {}
+        for r in await read_topic(broker.bootstrap, free):
+            by_round.setdefault(r.value, set()).add(r.partition)
+        assert sorted(by_round) == [b"0", b"1", b"2", b"3"]
+        assert all(len(parts) == 1 for parts in by_round.values())   # one partition a round
+        keyed_parts = {r.partition for r in await read_topic(broker.bootstrap, keyed)}
+        assert len(keyed_parts) > 1   # 30 distinct keys: spread by key, as before
+    asyncio.run(scenario())
