@@ -102,7 +102,7 @@ class DevStack:
         pipelines = [["pipeline"]]
         if self.split_pipeline:
             pipelines = [["pipeline", "--classes", "interactive"],
-                         ["pipeline", "--classes", "standard,batch", "--nice", "10"]]
+                         ["pipeline", "--classes", "standard,batch", "--nice", "19"]]
         commands = pipelines + [["worker", "--model", m] for m in REFERENCE_MODELS]
         for i, args in enumerate(commands):
             port = self.metrics_base_port + i if self.metrics_base_port else 0
