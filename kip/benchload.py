@@ -48,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "standing in for a separate GPU host)")
     p.add_argument("--one-pipeline", dest="split_pipeline", action="store_false",
                    help="one pipeline process for all classes (by default interactive has "
-                   "its own, and standard/batch admission runs at nice 10)")
+                   "its own, and standard/batch admission runs at nice 19)")
     p.add_argument("--worker-threads", type=int, default=1,
                    help="ONNX Runtime threads in the worker (1 leaves a core to the pipeline "
                    "and broker when everything shares one small machine)")
@@ -109,7 +109,8 @@ async def _warm_up(client: KipClient, stack: DevStack) -> None:
 
 def _pin_processes(stack: DevStack) -> None:
     """Workers only on the last CPU; broker, pipeline and this process anywhere (they
-    take the workers' CPU when they need it: background inference runs at nice +10)."""
+    take the workers' CPU when they need it, but the standard/batch pipeline at nice 19
+    yields to background inference at nice 10)."""
     cpus = sorted(os.sched_getaffinity(0))
     for proc in stack.procs:
         if "worker" in proc.args:
