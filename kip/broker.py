@@ -49,7 +49,7 @@ logger.server.level=INFO
 # A development broker on a small machine. The C1 compiler alone: with C2 as well, the
 # JVM spent its first minutes compiling, on the cores the pipeline and workers need;
 # measured with 18 transactions/s, broker CPU after 10/20/60 s was 44/25/16-22% with
-# both compilers and 23/13/9-11% with C1 only (docs/architecture.md, "The local broker").
+# both compilers and 23/13/9-11% with C1 only (docs/architecture.md, "Overload on two cores").
 JVM_OPTIONS = ["-Xms256m", "-Xmx1g", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
 
 

@@ -166,7 +166,8 @@ class KipClient:
         """Match a result to its pending request. Results are keyed by request id, so
         other clients' results (every client reads the whole reply topic) are counted
         without being decoded."""
-        fut = self._pending.get(key.decode("utf-8", "replace")) if key else None
+        request_id = key.decode("utf-8", "replace") if key else None
+        fut = self._pending.get(request_id)
         if fut is None or fut.done():
             self.unmatched += 1   # another client's, a duplicate, or too late
             return
@@ -174,10 +175,8 @@ class KipClient:
             result = decode(InferenceResult, value)
         except InvalidRequest:
             return  # not ours to judge: a malformed result under our request's id
-        if self._pending.pop(result.request_id, None) is fut:
-            fut.set_result(result)
-        else:
-            self.unmatched += 1
+        del self._pending[request_id]
+        fut.set_result(result)
 
 
 def _fail_if_undelivered(delivery: asyncio.Future, result: asyncio.Future) -> None:

@@ -38,8 +38,8 @@ class PipelineSettings(KipSettings):
         "for interactive and another for standard and batch to keep batch admission from "
         "delaying interactive requests")
     nice: int = Field(0, ge=0, le=19, description="lower this process's CPU priority by "
-                      "this much (e.g. 10 for a standard/batch pipeline beside an "
-                      "interactive one)")
+                      "this much (e.g. 19 for a standard/batch pipeline sharing a "
+                      "host with workers)")
 
     @field_validator("round_ms")
     @classmethod

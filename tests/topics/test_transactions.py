@@ -16,13 +16,17 @@ pytestmark = pytest.mark.broker
 TIMEOUT_MS = 3_000
 
 
-async def _topics(bootstrap: str, prefix: str) -> tuple[str, str]:
+async def _create(bootstrap: str, partitions: dict[str, int]) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(f"{prefix}.in", 1, 1), NewTopic(f"{prefix}.out", 1, 1)])
+        await admin.create_topics([NewTopic(t, n, 1) for t, n in partitions.items()])
     finally:
         await admin.close()
+
+
+async def _topics(bootstrap: str, prefix: str) -> tuple[str, str]:
+    await _create(bootstrap, {f"{prefix}.in": 1, f"{prefix}.out": 1})
     return f"{prefix}.in", f"{prefix}.out"
 
 
@@ -90,14 +94,8 @@ def test_a_fresh_producer_skips_what_is_already_committed(broker, prefix):
 
 def test_records_of_an_any_partition_topic_share_one_partition_per_transaction(broker, prefix):
     async def scenario():
-        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(f"{prefix}.in", 1, 1),
-                                       NewTopic(f"{prefix}.free", 3, 1),
-                                       NewTopic(f"{prefix}.keyed", 3, 1)])
-        finally:
-            await admin.close()
+        await _create(broker.bootstrap,
+                      {f"{prefix}.in": 1, f"{prefix}.free": 3, f"{prefix}.keyed": 3})
         free, keyed = f"{prefix}.free", f"{prefix}.keyed"
         tp = TopicPartition(f"{prefix}.in", 0)
         async with PartitionTransactions(broker.bootstrap, f"{prefix}.g", TIMEOUT_MS,
