@@ -35,7 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="minilm")
     p.add_argument("--duration", type=float, default=60.0, help="seconds of offered load")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--rate", action="append", default=[], metavar="CLASS=RPS")
+    p.add_argument("--rate", action="append", default=[], type=class_rate,
+                   metavar="CLASS=RPS", help="offer this rate for a class, e.g. batch=400 "
+                   "(repeat for several classes)")
     p.add_argument("--interactive-rate", type=float, default=10.0)
     p.add_argument("--overload", type=float, default=3.0, help="batch rate / capacity")
     p.add_argument("--sweep", action="store_true")
@@ -54,6 +56,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "and broker when everything shares one small machine)")
 
 
+def class_rate(text: str) -> tuple[Priority, float]:
+    """``CLASS=RPS`` from the command line, checked before anything starts."""
+    name, _, rate = text.partition("=")
+    try:
+        priority, rps = Priority(name), float(rate)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected CLASS=RPS with CLASS one of "
+            f"{', '.join(p.value for p in Priority)}, e.g. batch=400") from None
+    if rps <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the rate must be above 0")
+    return priority, rps
+
+
 def run(args) -> int:
     return asyncio.run(_main(args))
 
@@ -63,7 +79,7 @@ async def _main(args) -> int:
                       args.split_pipeline,
                       args.pin and len(os.sched_getaffinity(0)) >= 2) as client:
         if args.rate:
-            rates = {Priority(k): float(v) for k, v in (r.split("=") for r in args.rate)}
+            rates = dict(args.rate)
             print_report(await _offer(client, args, rates, args.duration), "offered load")
             return 0
         if args.sweep:
