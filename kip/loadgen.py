@@ -116,9 +116,9 @@ def _collect(stats: ClassStats, deadline_ms: int, fut: asyncio.Future) -> None:
         return
     result = fut.result()
     stats.results.append(result)
-    if result.status == Status.OK and result.timings.inference_ms is not None:
-        started = result.produced_at_ms - result.timings.inference_ms
-        if started > deadline_ms + 5:   # 5 ms: produce and clock granularity
+    t = result.timings
+    if result.status == Status.OK and t.inference_started_at_ms is not None:
+        if t.inference_started_at_ms >= deadline_ms:
             stats.late_inferences += 1
 
 

@@ -83,12 +83,15 @@ class ErrorInfo(Message):
 
 
 class Timings(Message):
-    """Milliseconds spent in each stage; ``total_ms`` runs from ``issued_at_ms``."""
+    """Milliseconds spent in each stage; ``total_ms`` runs from ``issued_at_ms``.
+    ``inference_started_at_ms`` (Unix ms) lets a reader check that no inference started
+    after the request's deadline."""
 
     queue_ms: float | None = None
     batch_wait_ms: float | None = None
     inference_ms: float | None = None
     total_ms: float
+    inference_started_at_ms: float | None = None
 
 
 class InferenceResult(Message):

@@ -65,7 +65,8 @@ def _timings(item: WorkItem, s: Stamps, now_ms: int) -> Timings:
         batch_wait_ms=None if started is None else max(0.0, started - s.pulled_ms),
         inference_ms=None if started is None or s.finished_ms is None
         else s.finished_ms - started,
-        total_ms=float(max(0, now_ms - item.request.issued_at_ms)))
+        total_ms=float(max(0, now_ms - item.request.issued_at_ms)),
+        inference_started_at_ms=started)
 
 
 def terminal_outputs(item: WorkItem, stamps: Stamps, names: TopicNames,

@@ -28,6 +28,7 @@ import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 from aiokafka import (AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener,
                       TopicPartition)
@@ -43,6 +44,7 @@ from topics.names import PRIORITIES
 from topics.transactions import (Entry, PartitionTransactions, by_partition,
                                  transaction_timeout_ms)
 from workers.batcher import next_batch
+from workers.chunks import ChunkRun, chunked, run_chunks
 from workers.outcome import Output, Stamps, poisoned, terminal_outputs, undecodable
 from workers.priority import Prioritizer, backlog_by_class
 from workers.session import ModelSession
@@ -52,6 +54,7 @@ from workers.telemetry import Throughput, report, worker_id
 log = logging.getLogger("kip.worker")
 _RANK = {Priority.INTERACTIVE: 0, Priority.STANDARD: 1, Priority.BATCH: 2}
 Pair = tuple[ConsumerRecord, WorkItem]
+_EXPIRED = DeadlineExceeded("the deadline passed before inference started")
 
 
 @dataclass
@@ -297,22 +300,20 @@ class Worker:
                 pairs.append((record, decode(WorkItem, record.value)))
             except InvalidRequest as err:
                 outputs[id(record)] = undecodable(record, err, self.names)
-        for (name, version), group in self._groups(pairs, priority):
-            for record, outs in await self._infer(name, version, group, pulled, lane):
+        chunk = (len(pairs) if priority == Priority.INTERACTIVE
+                 else self.settings.background_max_batch)
+        for (name, version), group in self._groups(pairs).items():
+            for record, outs in await self._infer(name, version, group, pulled, lane, chunk):
                 outputs[id(record)] = outs
         return outputs
 
-    def _groups(self, pairs: list[Pair], priority: Priority):
-        """(model, version) groups of one class; lower classes in chunks."""
+    def _groups(self, pairs: list[Pair]) -> dict[tuple[str, str], list[Pair]]:
+        """Requests of one class by (model, version)."""
         groups: dict[tuple[str, str], list[Pair]] = defaultdict(list)
         for pair in pairs:
             r = pair[1].route
             groups[(r.model_name, r.model_version)].append(pair)
-        chunk = self.settings.background_max_batch
-        for key, group in groups.items():
-            size = len(group) if priority == Priority.INTERACTIVE else chunk
-            for i in range(0, len(group), size):
-                yield key, group[i:i + size]
+        return groups
 
     async def _commit(self, lane: Lane, records: list[ConsumerRecord],
                       outputs: dict[int, list[Output]]) -> None:
@@ -327,53 +328,52 @@ class Worker:
             for r in rs if committed else ():
                 _observe(outputs[id(r)])
 
-    def _drop_expired(self, group: list[Pair], pulled: float
-                      ) -> tuple[list[Pair], list[tuple[ConsumerRecord, list[Output]]]]:
-        """Split off requests whose deadline has passed: no inference runs for them."""
-        now = now_ms()
-        live = [p for p in group if p[1].deadline_ms > now]
-        expired = DeadlineExceeded("the deadline passed before inference started")
-        answered = [(r, terminal_outputs(i, Stamps(pulled), self.names, error=expired))
-                    for r, i in group if i.deadline_ms <= now]
-        return live, answered
-
     async def _infer(self, name: str, version: str, group: list[Pair], pulled: float,
-                     lane: Lane) -> list[tuple[ConsumerRecord, list[Output]]]:
+                     lane: Lane, chunk: int) -> list[tuple[ConsumerRecord, list[Output]]]:
         try:
             session = await self._session(name, version)
         except KipError as err:
             return [(r, terminal_outputs(i, Stamps(pulled), self.names, error=err)) for r, i in group]
-        group, answered = self._drop_expired(group, pulled)
-        if not group:
-            return answered
-        return answered + await self._run(session, group, pulled, lane.executor)
+        return await self._run(session, group, pulled, lane.executor, chunk)
 
     async def _run(self, session: ModelSession, group: list[Pair], pulled: float,
-                   executor: ThreadPoolExecutor) -> list[tuple[ConsumerRecord, list[Output]]]:
-        """Run a batch; if it fails, run its requests one by one, so that only a poison
-        request fails (with a dead letter) and the rest are served."""
-        name = session.manifest.name
-        stamps = Stamps(pulled, batch_size=sum(i.request.inputs[0].shape[0] for _, i in group))
-        try:
-            stamps.started_ms = time.time() * 1000
-            per_request = await asyncio.get_running_loop().run_in_executor(
-                executor, session.run, [i.request.inputs for _, i in group])
-            stamps.finished_ms = time.time() * 1000
-        except Exception as exc:
-            if len(group) > 1:
+                   executor: ThreadPoolExecutor, chunk: int
+                   ) -> list[tuple[ConsumerRecord, list[Output]]]:
+        """Run a group in chunks, back to back in the inference thread. Requests whose
+        deadline passed before their chunk started are not inferred. A failed chunk is
+        run again one request at a time, so only a poison request fails (with a dead
+        letter) and the rest are served."""
+        runs = await asyncio.get_running_loop().run_in_executor(
+            executor, run_chunks, partial(_run_session, session), chunked(group, chunk),
+            _deadline)
+        answered = []
+        for run in runs:
+            answered += [(r, terminal_outputs(i, Stamps(pulled), self.names, error=_EXPIRED))
+                         for r, i in run.expired]
+            if not run.live:
+                continue
+            stamps = Stamps(pulled, run.started_ms, run.finished_ms,
+                            sum(i.request.inputs[0].shape[0] for _, i in run.live))
+            if run.error is None:
+                answered += self._served(session.manifest.name, run, stamps)
+            elif len(run.live) > 1:
                 log.warning("batch of %d on %s failed (%s); retrying one by one",
-                            len(group), name, exc)
-                return [out for pair in group
-                        for out in await self._run(session, [pair], pulled, executor)]
-            record, item = group[0]
-            if not isinstance(exc, KipError):   # a defect: still one terminal result
-                log.error("inference on %s raised %r", name, exc)
-            return [(record, poisoned(record, item, stamps, self.names, exc))]
+                            len(run.live), session.manifest.name, run.error)
+                answered += await self._run(session, run.live, pulled, executor, 1)
+            else:
+                record, item = run.live[0]
+                if not isinstance(run.error, KipError):   # a defect: still one terminal result
+                    log.error("inference on %s raised %r", session.manifest.name, run.error)
+                answered.append((record, poisoned(record, item, stamps, self.names, run.error)))
+        return answered
+
+    def _served(self, name: str, run: ChunkRun[Pair], stamps: Stamps
+                ) -> list[tuple[ConsumerRecord, list[Output]]]:
         metrics.BATCH_SIZE.labels(name).observe(stamps.batch_size)
         metrics.LATENCY.labels("inference", "", name).observe(
             (stamps.finished_ms - stamps.started_ms) / 1000)
         return [(r, terminal_outputs(i, stamps, self.names, outputs=out))
-                for (r, i), out in zip(group, per_request)]
+                for (r, i), out in zip(run.live, run.outputs)]
 
     async def _session(self, name: str, version: str) -> ModelSession:
         key = f"{name}@{version}"
@@ -392,6 +392,14 @@ class Worker:
         self.sessions[f"{name}@{version}"] = session
         metrics.MODELS_LOADED.labels(name, version, session.provider).set(1)
         log.warning("worker serves %s@%s on %s", name, version, session.provider)
+
+
+def _run_session(session: ModelSession, pairs: list[Pair]) -> list:
+    return session.run([item.request.inputs for _, item in pairs])
+
+
+def _deadline(pair: Pair) -> int:
+    return pair[1].deadline_ms
 
 
 def _ran_inference(outputs: list[Output]) -> bool:

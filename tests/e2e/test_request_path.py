@@ -47,6 +47,9 @@ def test_an_authorised_request_gets_an_ok_result_with_its_model_identity(stack):
     assert list(output_array(result, "label")) == list(labels[:3])
     assert result.model_name == "digits" and len(result.artifact_sha256) == 64
     assert result.batch_size >= 3 and result.timings.inference_ms is not None
+    started = result.timings.inference_started_at_ms
+    # produced_at_ms is whole ms
+    assert started is not None and started + result.timings.inference_ms < result.produced_at_ms + 1
     seen = _one_result_one_final_audit(stack, result)
     assert [a.decision for a in seen["audit"]] == ["routed", "ok"]
 
