@@ -101,7 +101,7 @@ async def _stack(registry: Path, threads: int, background: int, split: bool, pin
             await asyncio.to_thread(stack.prepare)
             stack.start_services()
             if pin:
-                _pin_processes(stack)
+                _pin_processes(stack, broker)
             key = ensure_dev_access(stack.access_file).keys[DEV_KEY_ID]
             async with KipClient(stack.bootstrap, tenant=key.tenant, key_id=DEV_KEY_ID,
                                  secret=key.secret.get_secret_value(),
@@ -123,16 +123,18 @@ async def _warm_up(client: KipClient, stack: DevStack) -> None:
         raise RuntimeError("no answer to a warm-up request within 120 s") from None
 
 
-def _pin_processes(stack: DevStack) -> None:
-    """Workers only on the last CPU; broker, pipeline and this process anywhere (they
-    take the workers' CPU when they need it, but the standard/batch pipeline at nice 19
-    yields to background inference at nice 10)."""
+def _pin_processes(stack: DevStack, broker: LocalBroker) -> None:
+    """Workers on the last CPU, everything else on the others: the last CPU stands in
+    for a GPU host of their own, so admission, the broker and the load generator do not
+    take the workers' device time (docs/architecture.md, "A host of their own")."""
     cpus = sorted(os.sched_getaffinity(0))
+    worker_cpu, rest = {cpus[-1]}, set(cpus[:-1])
     for proc in stack.procs:
-        if "worker" in proc.args:
-            _set_affinity(proc.pid, {cpus[-1]})
-    print(f"pinned: workers on CPU {cpus[-1]} only; broker, pipeline and load generator "
-          "on any CPU", flush=True)
+        _set_affinity(proc.pid, worker_cpu if "worker" in proc.args else rest)
+    _set_affinity(broker.pid(), rest)
+    _set_affinity(os.getpid(), rest)
+    print(f"pinned: workers on CPU {cpus[-1]}; broker, pipeline and load generator on "
+          f"CPU {','.join(map(str, sorted(rest)))}", flush=True)
 
 
 def _set_affinity(pid: int | None, cpus: set[int]) -> None:
