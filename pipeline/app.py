@@ -1,7 +1,8 @@
 """The faust-streaming adapter: requests topics -> ``decide`` -> work / result topics.
 
 Delivery: exactly-once for read_committed readers. A round of up to ``take_max`` events
-(collected for at most its class's ``round_ms``) is decided; then, for each input
+(collected for at most its class's ``round_ms`` after its first event; pipeline/rounds.py)
+is decided; then, for each input
 partition, one Kafka transaction carries every output of its events (work item or
 result, audit record, dead letter) and the partition's next offset for faust's consumer
 group (topics/transactions.py). faust's own offset commits are switched off
@@ -35,6 +36,7 @@ from pipeline.decide import Context, Decision, Forward, Origin, decide, undecoda
 from pipeline.follower import TopicFollower
 from pipeline.quota import Ledger, apply_levels, dump_levels
 from pipeline.known_topics import KnownTopics
+from pipeline.rounds import rounds
 from pipeline.routing import Router
 from pipeline.settings import PipelineSettings
 from schemas.codec import encode, headers, now_ms
@@ -146,7 +148,7 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
         await state.ready()
         log.info("agent admits requests")
         try:
-            async for events in stream.take_events(settings.take_max, within=within_s):
+            async for events in rounds(stream, settings.take_max, within_s):
                 ctx = state.context(await known_topics.current())
                 decisions = [decide_safely(e.message.value, _origin(e.message), ctx)
                              for e in events]

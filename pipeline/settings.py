@@ -12,10 +12,10 @@ from schemas.messages import Priority
 from topics.names import PRIORITIES
 
 
-# An interactive request waits at most one round; a batch request can spare 50 ms, and
-# longer rounds cut the broker's transaction work (docs/architecture.md, "Overload on two
-# cores").
-DEFAULT_ROUND_MS = {Priority.INTERACTIVE: 5.0, Priority.STANDARD: 20.0, Priority.BATCH: 50.0}
+# A round closes this long after its first event (or when full): an interactive request
+# waits at most that; a batch request can spare 50 ms, and longer rounds cut the broker's
+# transaction work (docs/architecture.md, "Overload on two cores").
+DEFAULT_ROUND_MS = {Priority.INTERACTIVE: 2.0, Priority.STANDARD: 20.0, Priority.BATCH: 50.0}
 
 
 class PipelineSettings(KipSettings):
@@ -25,7 +25,7 @@ class PipelineSettings(KipSettings):
     take_max: int = Field(200, description="requests decided per produce round")
     round_ms: dict[Priority, float] = Field(
         default_factory=lambda: dict(DEFAULT_ROUND_MS),
-        description="longest wait to fill a round, per class (JSON). Each round costs one "
+        description="longest wait to fill a round after its first event, per class (JSON). Each round costs one "
         "transaction per input partition: short rounds keep interactive latency low, "
         "longer ones let batch traffic through in fewer transactions")
     admission: AdmissionPolicy = Field(
