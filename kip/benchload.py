@@ -256,9 +256,12 @@ def print_report(report: LoadReport, title: str) -> None:
         if s.unanswered:
             print(f"  {'':12} {s.unanswered} requests got no result")
     for priority, s in report.classes.items():
-        if s.ok():
+        ok = s.ok()
+        if ok:
             print(f"  {priority.value}: where an ok request's time went (mean ms) - "
-                  + _breakdown(s.ok()))
+                  + _breakdown(ok))
+            slowest = sorted(ok, key=lambda r: r.timings.total_ms)[-max(1, len(ok) // 100):]
+            print(f"  {priority.value}, slowest 1% ({len(slowest)}) - " + _breakdown(slowest))
 
 
 def _breakdown(ok: list) -> str:
