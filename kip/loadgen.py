@@ -116,10 +116,10 @@ def _collect(stats: ClassStats, deadline_ms: int, fut: asyncio.Future) -> None:
         return
     result = fut.result()
     stats.results.append(result)
-    t = result.timings
-    if result.status == Status.OK and t.inference_started_at_ms is not None:
-        if t.inference_started_at_ms >= deadline_ms:
-            stats.late_inferences += 1
+    started = result.timings.inference_started_at_ms
+    # An ok result that does not say when its inference started cannot show it was in time.
+    if result.status == Status.OK and (started is None or started >= deadline_ms):
+        stats.late_inferences += 1
 
 
 async def _done():
