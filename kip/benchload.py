@@ -171,10 +171,8 @@ async def _overload_scenario(client: KipClient, args) -> int:
     print_report(alone, "interactive alone")
     rates = {Priority.INTERACTIVE: args.interactive_rate,
              Priority.BATCH: args.overload * before}
-    since = cpu_ticks()
     mixed = await _offer(client, args, rates, args.duration)
     print_report(mixed, f"interactive + batch at {args.overload:.1f}x capacity")
-    print(f"  CPU time stolen by the hypervisor meanwhile: {stolen_since(since)}")
     after = await _mixed_capacity(client, args, 30)
     capacity = (before + after) / 2
     print(f"capacity: {before:.1f}/s before, {after:.1f}/s after; mean {capacity:.1f}/s")
@@ -190,33 +188,13 @@ async def _mixed_capacity(client: KipClient, args, duration_s: float) -> float:
     print(f"capacity: batch closed loop (256 in flight) beside interactive "
           f"{args.interactive_rate:.0f}/s, {duration_s:.0f}s ...", flush=True)
     interactive = {Priority.INTERACTIVE: args.interactive_rate}
-    since = cpu_ticks()
     batch, beside = await asyncio.gather(
         closed_loop_capacity(client, args.model, Priority.BATCH, 256, duration_s),
         run_load(client, args.model, interactive, duration_s, DEADLINES_MS, args.seed + 100))
     served = beside.goodput(Priority.INTERACTIVE)
     print(f"  capacity {batch + served:.1f} requests/s (batch {batch:.1f}, interactive "
-          f"{served:.1f}); CPU time stolen by the hypervisor: {stolen_since(since)}")
+          f"{served:.1f})")
     return batch + served
-
-
-def cpu_ticks() -> tuple[int, int] | None:
-    """(stolen, total) CPU ticks since boot, from /proc/stat; None where there is none.
-    On a virtual machine, time the hypervisor gave to other guests slows every process
-    here at once: a window with much of it is a noisy window, not a slower kip."""
-    try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
-    except OSError:
-        return None
-    ticks = [int(x) for x in fields]   # user nice system idle iowait irq softirq steal
-    return ticks[7], sum(ticks)
-
-
-def stolen_since(since: tuple[int, int] | None, now: tuple[int, int] | None = None) -> str:
-    now = now or cpu_ticks()
-    if since is None or now is None or now[1] <= since[1]:
-        return "unknown"
-    return f"{(now[0] - since[0]) / (now[1] - since[1]):.1%}"
 
 
 def _verdict(capacity: float, alone: LoadReport, mixed: LoadReport) -> int:
