@@ -49,8 +49,11 @@ logger.server.level=INFO
 # A development broker on a small machine. The C1 compiler alone: with C2 as well, the
 # JVM spent its first minutes compiling, on the cores the pipeline and workers need;
 # measured with 18 transactions/s, broker CPU after 10/20/60 s was 44/25/16-22% with
-# both compilers and 23/13/9-11% with C1 only (docs/architecture.md, "Overload on two cores").
-JVM_OPTIONS = ["-Xms256m", "-Xmx1g", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+# both compilers and 23/13/9-11% with C1 only. ZGC: the serial collector stopped the
+# broker for 65-75 ms (young) and 180 ms (full) under overload, and G1 for ~30 ms every
+# 1.4 s; every request in flight waited, and those pauses were the interactive p99
+# (docs/architecture.md, "Overload on two cores").
+JVM_OPTIONS = ["-Xms512m", "-Xmx1g", "-XX:+UseZGC", "-XX:TieredStopAtLevel=1"]
 
 
 class BrokerError(RuntimeError):
