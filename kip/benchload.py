@@ -31,7 +31,7 @@ from schemas.messages import Priority, Status
 DEADLINES_MS = {Priority.INTERACTIVE: 1_000, Priority.STANDARD: 5_000, Priority.BATCH: 10_000}
 # Batch requests kept in flight to measure capacity: enough that the workers' queue never
 # runs dry while a pipeline round (up to 200 ms for batch) and its transaction are under
-# way. With 256, overload goodput came out at 106-123% of the capacity measured.
+# way. With 256, overload goodput came out at up to 123% of the capacity measured.
 IN_FLIGHT = 1024
 
 
