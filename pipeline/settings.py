@@ -26,9 +26,10 @@ class PipelineSettings(KipSettings):
     take_max: int = Field(200, description="requests decided per produce round")
     round_ms: dict[Priority, float] = Field(
         default_factory=lambda: dict(DEFAULT_ROUND_MS),
-        description="longest wait to fill a round after its first event, per class (JSON). Each round costs one "
-        "transaction per input partition: short rounds keep interactive latency low, "
-        "longer ones let batch traffic through in fewer transactions")
+        description="longest wait to fill a round after its first event, per class "
+        "(JSON). Each round costs one transaction per input partition: short rounds keep "
+        "interactive latency low, longer ones let batch traffic through in fewer "
+        "transactions")
     admission: AdmissionPolicy = Field(
         default_factory=AdmissionPolicy,
         description="payload limits, default deadlines, wait budgets per class (JSON)")
