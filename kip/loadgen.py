@@ -62,6 +62,12 @@ class LoadReport:
     started_ms: int = 0
     duplicates: int = 0
 
+    def merge(self, other: LoadReport) -> LoadReport:
+        """This report and ``other`` (other classes, offered over the same window)."""
+        return LoadReport(self.duration_s, self.classes | other.classes,
+                          min(self.started_ms, other.started_ms),
+                          self.duplicates + other.duplicates)
+
     def goodput(self, priority: Priority) -> float:
         """ok results produced while load was offered, per second (the drain after the
         window does not count: a queue must not pass for throughput)."""
@@ -73,12 +79,16 @@ class LoadReport:
 
 async def run_load(client: KipClient, model: str, rates: dict[Priority, float],
                    duration_s: float, deadlines_ms: dict[Priority, int], seed: int = 1,
-                   inputs=None, drain_s: float | None = None) -> LoadReport:
-    """Offer ``rates`` (requests/s per class) for ``duration_s``; collect every result."""
+                   inputs=None, drain_s: float | None = None,
+                   start_at_ms: int | None = None) -> LoadReport:
+    """Offer ``rates`` (requests/s per class) for ``duration_s``; collect every result.
+    ``start_at_ms`` (Unix ms): begin then, so load offered from two processes lines up."""
     texts = sentences(4096, seed)
     inputs = inputs or (lambda i: {"text": [texts[i % len(texts)]]})
     stats = {p: ClassStats() for p in rates}
     pending: dict[str, tuple[Priority, int, asyncio.Future]] = {}
+    if start_at_ms is not None:
+        await asyncio.sleep(max(0.0, (start_at_ms - now_ms()) / 1000))
     started_ms = now_ms()
     senders = [_send_class(client, model, p, rate, duration_s, deadlines_ms[p], seed + i,
                            inputs, stats[p], pending)

@@ -37,8 +37,7 @@ def catalogue(names: TopicNames, models: list[str], partitions: int = 3) -> list
                         f"admitted {p.value} requests routed to model {m}", _delete(DAY_MS))
               for m in models for p in PRIORITIES]
     specs += [
-        TopicSpec(names.results, partitions, "request id",
-                  "terminal results (default reply topic)", _delete(7 * DAY_MS)),
+        reply_topic(names, partitions=partitions),
         TopicSpec(names.audit, partitions, "request id",
                   "governance records, one final record per request", _delete(30 * DAY_MS)),
         TopicSpec(names.deadletter, 1, "origin topic",
@@ -51,3 +50,11 @@ def catalogue(names: TopicNames, models: list[str], partitions: int = 3) -> list
                   "token-bucket levels, so quotas survive a pipeline restart", _compact()),
     ]
     return specs
+
+
+def reply_topic(names: TopicNames, suffix: str = "", partitions: int = 3,
+                purpose: str = "terminal results (default reply topic)") -> TopicSpec:
+    """The results topic, or with ``suffix`` a reply topic of its own that requests name
+    in ``reply_to`` (``<results>.<suffix>``), set up the same way."""
+    name = f"{names.results}.{suffix}" if suffix else names.results
+    return TopicSpec(name, partitions, "request id", purpose, _delete(7 * DAY_MS))

@@ -12,9 +12,14 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from kip.client import KipClient
 from kip.export.digits import dataset
+from kip.loadproc import ClientSpec, offer_from_child
 from schemas import DeadLetterRecord, InferenceResult, Status, decode, encode
-from schemas.messages import output_array
+from schemas.codec import now_ms
+from schemas.messages import Priority, output_array
 from tests.e2e.conftest import client_for, outputs_of, read_topic
+from topics.admin import apply
+from topics.catalogue import reply_topic
+from topics.names import TopicNames
 
 pytestmark = pytest.mark.broker
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
@@ -202,3 +207,27 @@ def test_results_go_to_an_existing_reply_topic_and_a_missing_one_is_refused(stac
     assert ok.status == Status.OK
     assert refused.error.code == "INVALID_REQUEST" and "does not exist" in refused.error.message
     _still_serving(stack)
+
+
+def test_load_offered_from_a_child_process_is_answered_on_its_own_reply_topic(stack):
+    """How ``kip bench load`` offers batch load: every request answered, back in the
+    parent, and none of those results reaches a client on the default reply topic."""
+    spec = reply_topic(TopicNames(stack.prefix), "child-load")
+    child = ClientSpec(stack.bootstrap, "acme", "acme-k1", "acme-secret", stack.prefix,
+                       spec.name)
+
+    async def go():
+        await apply(stack.bootstrap, [spec])
+        await asyncio.sleep(3)   # the pipeline refreshes its view of reply topics every 2 s
+        async with client_for(stack) as here:
+            before = here.unmatched
+            report = await offer_from_child(child, 5, "minilm", {Priority.BATCH: 40.0}, 2.0,
+                                            {Priority.BATCH: 10_000}, 1, now_ms())
+            await asyncio.sleep(1)
+            return report, here.unmatched - before
+    report, seen_here = asyncio.run(go())
+    stats = report.classes[Priority.BATCH]
+    assert stats.offered >= 40 and len(stats.results) == stats.offered
+    assert [r.status for r in stats.results] == [Status.OK] * stats.offered
+    assert report.duplicates == 0 and stats.late_inferences == 0
+    assert seen_here == 0

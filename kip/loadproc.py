@@ -1,0 +1,65 @@
+"""Offered load from a process of its own, at a lower OS priority.
+
+``kip bench load`` runs everything on one machine. Its batch traffic stands in for
+offline jobs on other hosts. Offered from the bench's own process, it took ~20% of the
+CPU that the broker and admission share, at their priority: the interactive requests it
+is there to disturb through the broker and the workers also waited for its CPU time.
+Here it runs in a child process at ``nice``, with a reply topic of its own, so neither
+client reads the other's results (docs/architecture.md, "The batch load's own process").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+
+from kip.client import KipClient
+from kip.loadgen import LoadReport, run_load
+from schemas.messages import Priority
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    """What a child process needs to open its own ``KipClient``."""
+
+    bootstrap: str
+    tenant: str
+    key_id: str
+    secret: str
+    topic_prefix: str
+    reply_to: str
+
+
+async def offer_from_child(spec: ClientSpec, nice: int, model: str,
+                           rates: dict[Priority, float], duration_s: float,
+                           deadlines_ms: dict[Priority, int], seed: int,
+                           start_at_ms: int) -> LoadReport:
+    """``run_load`` in a fresh process at ``nice``, starting at ``start_at_ms`` (Unix ms)."""
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+        return await asyncio.get_running_loop().run_in_executor(
+            pool, _offer, spec, nice, model, rates, duration_s, deadlines_ms, seed,
+            start_at_ms)
+
+
+def _offer(spec: ClientSpec, nice: int, model: str, rates: dict[Priority, float],
+           duration_s: float, deadlines_ms: dict[Priority, int], seed: int,
+           start_at_ms: int) -> LoadReport:
+    os.nice(nice)   # before any thread starts: threads inherit their creator's nice value
+    return asyncio.run(_offer_async(spec, model, rates, duration_s, deadlines_ms, seed,
+                                    start_at_ms))
+
+
+async def _offer_async(spec: ClientSpec, model: str, rates: dict[Priority, float],
+                       duration_s: float, deadlines_ms: dict[Priority, int], seed: int,
+                       start_at_ms: int) -> LoadReport:
+    async with KipClient(spec.bootstrap, tenant=spec.tenant, key_id=spec.key_id,
+                         secret=spec.secret, topic_prefix=spec.topic_prefix,
+                         reply_to=spec.reply_to) as client:
+        before = client.unmatched
+        report = await run_load(client, model, rates, duration_s, deadlines_ms, seed,
+                                start_at_ms=start_at_ms)
+        report.duplicates = client.unmatched - before
+        return report
