@@ -9,6 +9,9 @@ Three modes, each on a fresh broker, pipeline and workers on this machine:
 - ``--rate interactive=20 --rate batch=400``: offer exactly these rates;
 - ``--sweep``: raise the batch rate step by step and report the knee, the offered rate at
   which controlled rejection begins.
+
+Offered batch load comes from a child process at a lower OS priority, with a reply topic
+of its own (``kip/loadproc.py``); capacity and the other classes come from this one.
 """
 
 from __future__ import annotations
