@@ -64,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="do not pin workers to their own CPU (by default the last CPU runs "
                    "the workers and the others run broker, pipeline and load generator, "
                    "standing in for a separate GPU host)")
-    p.add_argument("--batch-load-nice", type=int, default=10,
+    p.add_argument("--batch-load-nice", type=nice_level, default=10, metavar="0-19",
                    help="OS priority (nice) of the process that offers batch load; it "
                    "stands in for offline jobs on other hosts, so by default it yields "
                    "the CPU to the broker and admission it shares (0: same priority)")
@@ -88,6 +88,14 @@ def class_rate(text: str) -> tuple[Priority, float]:
     if rps <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: the rate must be above 0")
     return priority, rps
+
+
+def nice_level(text: str) -> int:
+    """A nice value that any user may set: 0 (unchanged) to 19 (lowest priority)."""
+    if not text.isdigit() or int(text) > 19:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 0 to 19 (a lower priority "
+                                         "than the bench's own; raising it needs root)")
+    return int(text)
 
 
 def run(args) -> int:
