@@ -18,6 +18,7 @@ from multiprocessing import get_context
 
 from kip.client import KipClient
 from kip.loadgen import LoadReport, run_load
+from schemas.codec import now_ms
 from schemas.messages import Priority
 
 
@@ -58,6 +59,10 @@ async def _offer_async(spec: ClientSpec, model: str, rates: dict[Priority, float
     async with KipClient(spec.bootstrap, tenant=spec.tenant, key_id=spec.key_id,
                          secret=spec.secret, topic_prefix=spec.topic_prefix,
                          reply_to=spec.reply_to) as client:
+        late_s = (now_ms() - start_at_ms) / 1000
+        if late_s > 1:
+            print(f"the batch load starts {late_s:.1f}s after the other classes "
+                  f"(its process was slow to start)", flush=True)
         before = client.unmatched
         report = await run_load(client, model, rates, duration_s, deadlines_ms, seed,
                                 start_at_ms=start_at_ms)
