@@ -198,11 +198,21 @@ async def _stop_quietly(producer: AIOKafkaProducer) -> None:
         await asyncio.wait_for(producer.stop(), 5)
     except Exception as err:   # a broken producer: its connections close with it
         log.info("producer stop: %r", err)
-    # A fenced producer also fails aiokafka's internal transaction waiter, which nobody
-    # awaits once we drop the producer; read it so asyncio does not report it as lost.
-    waiter = getattr(producer._txn_manager, "_transaction_waiter", None)
-    if waiter is not None and waiter.done():
-        _retrieve(waiter)
+    # A fenced producer also fails aiokafka's internal waiters, which nobody awaits once
+    # we drop the producer: the transaction's, and each unsent batch's drain waiter.
+    # Read them so asyncio does not report them as lost.
+    for waiter in _internal_waiters(producer):
+        if waiter.done():
+            _retrieve(waiter)
+
+
+def _internal_waiters(producer: AIOKafkaProducer) -> list[asyncio.Future]:
+    """aiokafka 0.14's internal futures that fail with a fenced producer."""
+    waiters = [getattr(producer._txn_manager, "_transaction_waiter", None)]
+    accumulator = getattr(producer, "_message_accumulator", None)
+    for batches in getattr(accumulator, "_batches", {}).values():
+        waiters += [getattr(batch, "_drain_waiter", None) for batch in batches]
+    return [w for w in waiters if w is not None]
 
 
 def by_partition(items, tp_of: Callable) -> dict[TopicPartition, list]:
