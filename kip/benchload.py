@@ -201,7 +201,8 @@ async def _offer(clients: Clients, args, rates: dict, duration: float) -> LoadRe
     print(f"offering {described} for {duration:.0f}s ...", flush=True)
     start_at = now_ms() + (CHILD_LEAD_MS if Priority.BATCH in rates else 0)
     here = {p: r for p, r in rates.items() if p != Priority.BATCH}
-    offers = [_offer_here(clients.here, args, here, duration, start_at)] if here else []
+    offers = [run_load(clients.here, args.model, here, duration, DEADLINES_MS, args.seed,
+                       start_at_ms=start_at)] if here else []
     if Priority.BATCH in rates:
         offers.append(offer_from_child(
             clients.batch, args.batch_load_nice, args.model,
@@ -212,15 +213,6 @@ async def _offer(clients: Clients, args, rates: dict, duration: float) -> LoadRe
     for report in reports[1:]:
         merged = merged.merge(report)
     return merged
-
-
-async def _offer_here(client: KipClient, args, rates: dict, duration: float,
-                      start_at: int) -> LoadReport:
-    before = client.unmatched
-    report = await run_load(client, args.model, rates, duration, DEADLINES_MS, args.seed,
-                            start_at_ms=start_at)
-    report.duplicates = client.unmatched - before
-    return report
 
 
 async def _overload_scenario(clients: Clients, args) -> int:

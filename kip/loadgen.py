@@ -82,13 +82,16 @@ async def run_load(client: KipClient, model: str, rates: dict[Priority, float],
                    inputs=None, drain_s: float | None = None,
                    start_at_ms: int | None = None) -> LoadReport:
     """Offer ``rates`` (requests/s per class) for ``duration_s``; collect every result.
-    ``start_at_ms`` (Unix ms): begin then, so load offered from two processes lines up."""
+    ``start_at_ms`` (Unix ms): begin then, so load offered from two processes lines up.
+    The report's ``duplicates`` counts the results the client could not match meanwhile:
+    a second result for a request, or another client's on the same reply topic."""
     texts = sentences(4096, seed)
     inputs = inputs or (lambda i: {"text": [texts[i % len(texts)]]})
     stats = {p: ClassStats() for p in rates}
     pending: dict[str, tuple[Priority, int, asyncio.Future]] = {}
     if start_at_ms is not None:
         await asyncio.sleep(max(0.0, (start_at_ms - now_ms()) / 1000))
+    unmatched_before = client.unmatched
     started_ms = now_ms()
     senders = [_send_class(client, model, p, rate, duration_s, deadlines_ms[p], seed + i,
                            inputs, stats[p], pending)
@@ -98,7 +101,7 @@ async def run_load(client: KipClient, model: str, rates: dict[Priority, float],
     await asyncio.wait([f for _, _, f in pending.values()] or [_done()], timeout=drain)
     for priority, deadline, fut in pending.values():
         _collect(stats[priority], deadline, fut)
-    return LoadReport(duration_s, stats, started_ms)
+    return LoadReport(duration_s, stats, started_ms, client.unmatched - unmatched_before)
 
 
 async def _send_class(client: KipClient, model: str, priority: Priority, rate: float,

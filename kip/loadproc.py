@@ -63,8 +63,5 @@ async def _offer_async(spec: ClientSpec, model: str, rates: dict[Priority, float
         if late_s > 1:
             print(f"the batch load starts {late_s:.1f}s after the other classes "
                   f"(its process was slow to start)", flush=True)
-        before = client.unmatched
-        report = await run_load(client, model, rates, duration_s, deadlines_ms, seed,
-                                start_at_ms=start_at_ms)
-        report.duplicates = client.unmatched - before
-        return report
+        return await run_load(client, model, rates, duration_s, deadlines_ms, seed,
+                              start_at_ms=start_at_ms)
