@@ -2,11 +2,14 @@
 FROM python:3.11-slim AS runtime
 WORKDIR /app
 COPY pyproject.toml README.md ./
-COPY kip ./kip
 COPY schemas ./schemas
 COPY topics ./topics
+COPY runtime ./runtime
+COPY models ./models
 COPY pipeline ./pipeline
 COPY workers ./workers
+COPY kip ./kip
+COPY devkit ./devkit
 RUN pip install --no-cache-dir .
 ENV KIP_REGISTRY_DIR=/registry
 ENTRYPOINT ["kip"]

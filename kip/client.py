@@ -4,7 +4,8 @@
         result = await kip.infer("minilm", {"text": ["A man is eating food."]})
 
 Results are read (read_committed) from the reply topic from the moment the client
-starts; each is matched to the pending request with the same ``request_id``.
+starts; each is matched to the pending request with the same ``request_id``. If that
+reader dies, every pending request fails with its error at once.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from schemas.errors import InvalidRequest
 from schemas.messages import InferenceRequest, InferenceResult, Priority
 from schemas.signing import sign
 from schemas.tensors import Tensor
-from topics.catalogue import MAX_MESSAGE_BYTES
+from topics.clients import KafkaConnection
 from topics.names import TopicNames
 from topics.reading import assign_all
 
@@ -36,7 +37,7 @@ class KipClient:
         """``bulk_linger_ms``: how long a standard or batch request may wait to share a
         produce request with the ones after it. Fewer, larger produce requests cost the
         broker much less; interactive requests go through a producer that does not wait."""
-        self.bootstrap = bootstrap
+        self.kafka = KafkaConnection(bootstrap=bootstrap)
         self.bulk_linger_ms = bulk_linger_ms
         self.tenant, self.key_id = tenant, key_id
         self._secret = secret.encode() if isinstance(secret, str) else secret
@@ -54,13 +55,11 @@ class KipClient:
             return
         self._producer = await self._start_producer(linger_ms=1)
         self._bulk_producer = await self._start_producer(linger_ms=self.bulk_linger_ms)
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None,
-            isolation_level="read_committed",
-            max_partition_fetch_bytes=MAX_MESSAGE_BYTES + 1024 * 1024)
+        self._consumer = self.kafka.consumer(group_id=None)
         await self._consumer.start()
         await self._listen_from_now(self.reply_to or self.names.results)
         self._reader = asyncio.create_task(self._read_results(), name="kip-client-results")
+        self._reader.add_done_callback(self._reader_ended)
 
     async def stop(self) -> None:
         reader, self._reader = self._reader, None
@@ -71,11 +70,7 @@ class KipClient:
             if client is not None:
                 await client.stop()
         self._producer = self._bulk_producer = self._consumer = None
-        for fut in self._pending.values():
-            if not fut.done():
-                fut.set_exception(ConnectionError("KipClient stopped before the result came"))
-                fut.exception()   # mark retrieved: nobody may be waiting on it any more
-        self._pending.clear()
+        self._fail_pending(ConnectionError("KipClient stopped before the result came"))
 
     async def __aenter__(self) -> KipClient:
         await self.start()
@@ -143,11 +138,24 @@ class KipClient:
             self._pending.pop(request.request_id, None)
 
     async def _start_producer(self, linger_ms: int) -> AIOKafkaProducer:
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
-            max_request_size=MAX_MESSAGE_BYTES, linger_ms=linger_ms)
+        producer = self.kafka.producer(linger_ms=linger_ms)
         await producer.start()
         return producer
+
+    def _reader_ended(self, reader: asyncio.Task) -> None:
+        """The result reader ends only when stopped or broken: when broken, no result can
+        come any more, so fail every pending request now rather than at its timeout."""
+        if reader.cancelled():
+            return
+        err = reader.exception()
+        self._fail_pending(ConnectionError(f"KipClient stopped reading results: {err!r}"))
+
+    def _fail_pending(self, err: Exception) -> None:
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+                fut.exception()   # mark retrieved: nobody may be waiting on it any more
+        self._pending.clear()
 
     async def _listen_from_now(self, topic: str) -> None:
         tps = await assign_all(self._consumer, topic, what="reply topic")

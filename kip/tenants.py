@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from kip.settings import KipSettings
+from runtime.settings import KipSettings
 from pipeline.control import ControlState, publish_control, quota_record
 from pipeline.follower import TopicFollower
 from pipeline.quota import Limit, TenantQuota
@@ -13,7 +13,7 @@ from pipeline.quota import Limit, TenantQuota
 async def current_state(settings: KipSettings, timeout_s: float = 15.0) -> ControlState:
     """The control topic as the pipeline sees it, read to its current end."""
     state = ControlState()
-    follower = TopicFollower(settings.bootstrap, settings.names.control, state.apply)
+    follower = TopicFollower(settings.kafka, settings.names.control, state.apply)
     task = asyncio.create_task(follower.run())
     try:
         await asyncio.wait_for(follower.caught_up.wait(), timeout_s)
@@ -37,12 +37,12 @@ async def set_quota(settings: KipSettings, tenant: str, model: str | None,
         quota = quota.model_copy(update=given)
     quota = TenantQuota.model_validate(quota.model_dump())   # re-check the merged result
     key, value = quota_record(quota)
-    await publish_control(settings.bootstrap, settings.names.control, key, value)
+    await publish_control(settings.kafka, settings.names.control, key, value)
     return quota
 
 
 async def clear_quota(settings: KipSettings, tenant: str) -> None:
-    await publish_control(settings.bootstrap, settings.names.control, f"quota:{tenant}", None)
+    await publish_control(settings.kafka, settings.names.control, f"quota:{tenant}", None)
 
 
 async def show_quotas(settings: KipSettings, tenant: str | None) -> str:

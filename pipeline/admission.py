@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kip.registry import Manifest
+from models.manifest import Manifest
 from schemas.errors import DeadlineExceeded, InvalidRequest, Overloaded, PayloadTooLarge
 from schemas.messages import InferenceRequest, Priority
 from topics.catalogue import MAX_MESSAGE_BYTES

@@ -26,22 +26,23 @@ import orjson
 from aiokafka import TopicPartition
 from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
 
-from kip import metrics
-from kip.settings import kip_home
+from models.registry import Registry
 from pipeline.access import AccessConfig
 from pipeline.capacity import CapacityView
 from pipeline.control import ControlState, apply_telemetry
-from pipeline.decide import Context, Decision, Forward, Origin, decide, undecodable
+from pipeline.decide import Context, Decision, Origin, decide, undecodable
 from pipeline.follower import TopicFollower
-from pipeline.quota import Ledger, apply_levels, dump_levels
 from pipeline.known_topics import KnownTopics
+from pipeline.quota import Ledger, apply_levels, dump_levels
 from pipeline.rounds import rounds
 from pipeline.routing import Router
 from pipeline.settings import PipelineSettings
-from schemas.codec import encode, headers, now_ms
+from runtime import metrics
+from schemas.codec import now_ms
 from schemas.errors import Internal
-from schemas.messages import DeadLetterRecord, Priority, WorkItem
+from schemas.messages import Priority
 from topics.names import TopicNames
+from topics.outputs import Record, records
 from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
 
 log = logging.getLogger("kip.pipeline")
@@ -51,19 +52,17 @@ class PipelineState:
     """What every round of every agent shares within one pipeline process."""
 
     def __init__(self, settings: PipelineSettings) -> None:
-        from kip.registry import Registry
-
         self.settings = settings
         self.access = AccessConfig.from_file(settings.access_file)
         self.router = Router(Registry(settings.registry_dir))
         self.control = ControlState()
         self.capacity = CapacityView()
         self.ledger = Ledger(self.control.quotas)
-        names = settings.names
+        names, kafka = settings.names, settings.kafka
         self.followers = [
-            TopicFollower(settings.bootstrap, names.control, self.control.apply),
-            TopicFollower(settings.bootstrap, names.telemetry, apply_telemetry(self.capacity)),
-            TopicFollower(settings.bootstrap, names.quota_levels, apply_levels(self.ledger))]
+            TopicFollower(kafka, names.control, self.control.apply),
+            TopicFollower(kafka, names.telemetry, apply_telemetry(self.capacity)),
+            TopicFollower(kafka, names.quota_levels, apply_levels(self.ledger))]
 
     async def ready(self) -> None:
         await asyncio.gather(*(f.caught_up.wait() for f in self.followers))
@@ -74,22 +73,22 @@ class PipelineState:
                        topics, s.admission, self.ledger, self.capacity,
                        self.control.fallbacks)
 
-    def changed_levels(self) -> list[tuple[str, bytes, bytes, list]]:
+    def changed_levels(self) -> list[Record]:
         """Records for the bucket levels this round changed (produced with its outputs)."""
         topic = self.settings.names.quota_levels
-        records = [(topic, tenant.encode(),
-                    orjson.dumps(dump_levels(self.ledger.levels[tenant])), [])
+        changed = [Record(topic, tenant.encode(),
+                          orjson.dumps(dump_levels(self.ledger.levels[tenant])), [])
                    for tenant in self.ledger.dirty]
         self.ledger.dirty.clear()
-        return records
+        return changed
 
 
 def create_app(settings: PipelineSettings) -> faust.App:
     app = faust.App(
         settings.names.pipeline_group(settings.classes),
-        broker=f"kafka://{settings.bootstrap}",
+        **settings.kafka.faust_broker(),
         store="memory://", web_enabled=False,
-        datadir=str(_faust_dir() / "{conf.name}-data"), topic_replication_factor=1,
+        datadir=str(_faust_dir(settings) / "{conf.name}-data"), topic_replication_factor=1,
         producer_acks=-1, consumer_auto_offset_reset="earliest", autodiscover=False,
         topic_partitions=settings.request_partitions,
         broker_session_timeout=settings.session_timeout_ms / 1000,
@@ -104,10 +103,10 @@ def create_app(settings: PipelineSettings) -> faust.App:
     return app
 
 
-def _faust_dir() -> Path:
+def _faust_dir(settings: PipelineSettings) -> Path:
     """Where faust keeps its (unused: no tables) app directory: under $KIP_HOME, not in
     whatever directory the process was started from."""
-    path = kip_home() / "faust"
+    path = settings.home / "faust"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -131,9 +130,9 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
     within_s = settings.round_ms[priority] / 1000
 
     async def admit(stream):
-        known_topics = KnownTopics(settings.bootstrap)
+        known_topics = KnownTopics(settings.kafka)
         transactions = PartitionTransactions(   # this agent's partitions only
-            settings.bootstrap, app.conf.id,
+            settings.kafka, app.conf.id,
             transaction_timeout_ms(settings.session_timeout_ms),
             owned=lambda tp: tp in app.consumer.assignment(),
             any_partition=settings.names.any_partition)
@@ -180,47 +179,21 @@ def _origin(message) -> Origin:
 
 
 async def publish(transactions: PartitionTransactions, names: TopicNames, events: list,
-                  decisions: list[Decision], records: list = ()) -> None:
-    """Commit each input partition's outputs with its offset (``records``, the changed
+                  decisions: list[Decision], extra: list[Record] = ()) -> None:
+    """Commit each input partition's outputs with its offset (``extra``, the changed
     quota levels, ride in the first transaction); count what was committed."""
     entries: dict[TopicPartition, list[tuple[Entry, Decision]]] = {}
     for event, d in zip(events, decisions):
         m = event.message
-        entry = Entry(m.offset, [(topic, message_key(msg), encode(msg), headers(msg, trace))
-                                 for topic, msg, trace in _outputs(names, d)])
+        entry = Entry(m.offset, records(d.outputs(names)))
         entries.setdefault(TopicPartition(m.topic, m.partition), []).append((entry, d))
-    if entries and records:
-        next(iter(entries.values()))[-1][0].outputs.extend(records)
+    if entries and extra:
+        next(iter(entries.values()))[-1][0].outputs.extend(extra)
     done = await asyncio.gather(*(transactions.commit(tp, [e for e, _ in pairs])
                                   for tp, pairs in entries.items()))
     for pairs, committed in zip(entries.values(), done):
         for _, d in pairs if committed else ():
-            _count(d)
-
-
-def message_key(message) -> bytes:
-    """Dead letters are keyed by origin topic; everything else by request id."""
-    if isinstance(message, DeadLetterRecord):
-        return message.origin_topic.encode()
-    if isinstance(message, WorkItem):
-        return message.request.request_id.encode()
-    return message.request_id.encode()
-
-
-def _outputs(names: TopicNames, d: Decision):
-    trace = d.audit.traceparent
-    if isinstance(d, Forward):
-        yield d.topic, d.work, trace
-    else:
-        yield d.reply_to, d.result, trace
-        if d.deadletter is not None:
-            yield names.deadletter, d.deadletter, None
-    yield names.audit, d.audit, trace
-
-
-def _count(d: Decision) -> None:
-    a = d.audit
-    metrics.count("pipeline", a.decision, a.error_code, a.priority, a.model_name or a.model)
+            metrics.count_outcome("pipeline", d.audit)
 
 
 def run(settings: PipelineSettings) -> None:
@@ -229,7 +202,7 @@ def run(settings: PipelineSettings) -> None:
         os.nice(settings.nice)
     app = create_app(settings)
     metrics.serve(settings.metrics_port)
-    worker = _Worker(app, loglevel=os.environ.get("KIP_LOG_LEVEL", "WARNING"), quiet=True)
+    worker = _Worker(app, loglevel=settings.log_level, quiet=True)
     worker.execute_from_commandline()
 
 
@@ -237,5 +210,5 @@ class _Worker(faust.Worker):
     def on_setup_root_logger(self, logger, level: int) -> None:
         """Give the root logger the level asked for, and no terminal spinner. (faust
         leaves the root at NOTSET and adds a spinner handler at DEBUG, so every debug
-        call in aiokafka built and handled a record: ~8% of the pipeline's CPU.)"""
+        call in aiokafka would build and handle a log record on the hot path.)"""
         logger.setLevel(level)

@@ -13,9 +13,6 @@ from collections import defaultdict
 from schemas.messages import Priority, WorkerTelemetry
 
 STALE_AFTER_MS = 10_000
-_AHEAD = {Priority.INTERACTIVE: (Priority.INTERACTIVE,),
-          Priority.STANDARD: (Priority.INTERACTIVE, Priority.STANDARD),
-          Priority.BATCH: (Priority.INTERACTIVE, Priority.STANDARD, Priority.BATCH)}
 
 
 class CapacityView:
@@ -41,6 +38,7 @@ class CapacityView:
         rate = sum(t.requests_per_s for t in live)
         if not live or rate <= 0:
             return None
-        ahead = sum(t.backlog.get(c, 0) for t in live for c in _AHEAD[priority])
-        ahead += sum(self._sent[model][c] for c in _AHEAD[priority])
+        classes = Priority(priority).and_above()
+        ahead = sum(t.backlog.get(c, 0) for t in live for c in classes)
+        ahead += sum(self._sent[model][c] for c in classes)
         return ahead / rate * 1000

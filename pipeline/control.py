@@ -9,11 +9,11 @@ A record with no value (a tombstone) removes the entry.
 from __future__ import annotations
 
 import orjson
-from aiokafka import AIOKafkaProducer
 
 from pipeline.capacity import CapacityView
 from pipeline.quota import TenantQuota
 from schemas.messages import WorkerTelemetry
+from topics.clients import KafkaConnection
 
 
 class ControlState:
@@ -43,9 +43,9 @@ def apply_telemetry(capacity: CapacityView):
     return apply
 
 
-async def publish_control(bootstrap: str, topic: str, key: str, value: bytes | None) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
-                                enable_idempotence=True)
+async def publish_control(kafka: KafkaConnection, topic: str, key: str,
+                          value: bytes | None) -> None:
+    producer = kafka.producer()
     await producer.start()
     try:
         await producer.send_and_wait(topic, value, key=key.encode())

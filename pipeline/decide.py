@@ -21,21 +21,22 @@ from pipeline.capacity import CapacityView
 from pipeline.quota import Ledger
 from pipeline.routing import Router
 from schemas.codec import MODEL_HEADER, REQUEST_ID_HEADER, decode
-from schemas.deadletter import dead_letter, fallback_request_id, hints, valid_id
-from schemas.errors import (DeadlineExceeded, InvalidRequest, KipError, ModelNotFound,
-                            Overloaded, PayloadTooLarge)
-from schemas.messages import (AuditRecord, DeadLetterRecord, ErrorInfo, InferenceRequest,
+from schemas.deadletter import fallback_request_id, valid_id
+from schemas.errors import InvalidRequest, KipError, ModelNotFound, Overloaded, PayloadTooLarge
+from schemas.messages import (AuditRecord, DeadLetterRecord, InferenceRequest,
                               InferenceResult, Priority, Route, Status, Timings, WorkItem)
+from schemas.outcomes import Coordinates, audit_record, error_info, status_of
+from schemas.outcomes import undecodable as undecodable_ending
 from topics.names import TopicNames
+from topics.outputs import Output, ending
+
+STAGE = "pipeline"
 
 
 @dataclass(frozen=True)
-class Origin:
+class Origin(Coordinates):
     """Where a message came from: its coordinates, Kafka key and headers."""
 
-    topic: str
-    partition: int
-    offset: int
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
 
@@ -69,6 +70,10 @@ class Forward:
     work: WorkItem
     audit: AuditRecord
 
+    def outputs(self, names: TopicNames) -> list[Output]:
+        trace = self.audit.traceparent
+        return [Output(self.topic, self.work, trace), Output(names.audit, self.audit, trace)]
+
 
 @dataclass(frozen=True)
 class Reject:
@@ -76,6 +81,9 @@ class Reject:
     result: InferenceResult
     audit: AuditRecord
     deadletter: DeadLetterRecord | None = None
+
+    def outputs(self, names: TopicNames) -> list[Output]:
+        return ending(names, self.reply_to, self.result, self.audit, self.deadletter)
 
 
 Decision = Forward | Reject
@@ -185,19 +193,21 @@ def forward(request: InferenceRequest, route: Route, deadline_ms: int, ctx: Cont
     work = WorkItem(request=request, route=route, routed_at_ms=ctx.now_ms,
                     deadline_ms=deadline_ms)
     decision = "degraded" if route.fallback_from else "routed"
-    audit = _audit(request, ctx, size, decision=decision, final=False, route=route)
+    audit = audit_record(request, stage=STAGE, decision=decision, final=False,
+                         at_ms=ctx.now_ms, payload_bytes=size, route=route)
     ctx.capacity.forwarded(route.model_name, request.priority)
     return Forward(ctx.names.work(route.model_name, request.priority), work, audit)
 
 
 def reject(request: InferenceRequest, err: KipError, ctx: Context, size: int) -> Reject:
-    status = Status.EXPIRED if isinstance(err, DeadlineExceeded) else Status.REJECTED
+    status = status_of(err, Status.REJECTED)
     result = InferenceResult(
         request_id=request.request_id, tenant=request.tenant, priority=request.priority,
-        status=status, error=_error(err), model=request.model,
+        status=status, error=error_info(err), model=request.model,
         timings=Timings(total_ms=float(max(0, ctx.now_ms - request.issued_at_ms))),
         traceparent=request.traceparent, produced_at_ms=ctx.now_ms)
-    audit = _audit(request, ctx, size, decision=status.value, final=True, code=err.code)
+    audit = audit_record(request, stage=STAGE, decision=status.value, final=True,
+                         at_ms=ctx.now_ms, payload_bytes=size, code=err.code)
     reply_to = request.reply_to if _reply_to_ok(request.reply_to, ctx) else ctx.names.results
     return Reject(reply_to, result, audit)
 
@@ -211,9 +221,9 @@ def oversized(size: int, origin: Origin, err: PayloadTooLarge, ctx: Context) -> 
     tenant = tenant if tenant and valid_id(tenant) else None
     priority = _class_of(origin.topic, ctx)
     result = InferenceResult(request_id=request_id, tenant=tenant, priority=priority,
-                             status=Status.REJECTED, error=_error(err),
+                             status=Status.REJECTED, error=error_info(err),
                              timings=Timings(total_ms=0.0), produced_at_ms=ctx.now_ms)
-    audit = AuditRecord(request_id=request_id, stage="pipeline", decision="rejected",
+    audit = AuditRecord(request_id=request_id, stage=STAGE, decision="rejected",
                         final=True, tenant=tenant, priority=priority,
                         model=origin.header(MODEL_HEADER), error_code=err.code,
                         payload_bytes=size, at_ms=ctx.now_ms)
@@ -221,19 +231,12 @@ def oversized(size: int, origin: Origin, err: PayloadTooLarge, ctx: Context) -> 
 
 
 def undecodable(payload: bytes, origin: Origin, err: KipError, ctx: Context) -> Reject:
-    """A message that is not a valid request: result + final audit + dead letter."""
-    found = hints(payload)
-    request_id = found.get("request_id") or fallback_request_id(
-        origin.topic, origin.partition, origin.offset)
-    result = InferenceResult(request_id=request_id, status=Status.REJECTED, error=_error(err),
-                             timings=Timings(total_ms=0.0), produced_at_ms=ctx.now_ms)
-    audit = AuditRecord(request_id=request_id, stage="pipeline", decision="rejected",
-                        final=True, tenant=found.get("tenant"), error_code=err.code,
-                        payload_bytes=len(payload), at_ms=ctx.now_ms)
-    dead = dead_letter(payload, origin.topic, origin.partition, origin.offset, err, ctx.now_ms)
-    reply_to = found.get("reply_to")
-    reply_to = reply_to if _reply_to_ok(reply_to, ctx) else ctx.names.results
-    return Reject(reply_to, result, audit, dead)
+    """A message that is not a valid request: result + final audit + dead letter, the
+    result on the reply topic it names if that one is allowed."""
+    end = undecodable_ending(payload, origin, err, stage=STAGE, status=Status.REJECTED,
+                             now_ms=ctx.now_ms)
+    reply_to = end.reply_to if _reply_to_ok(end.reply_to, ctx) else ctx.names.results
+    return Reject(reply_to, end.result, end.audit, end.deadletter)
 
 
 def _reply_to_ok(reply_to: str | None, ctx: Context) -> bool:
@@ -242,19 +245,3 @@ def _reply_to_ok(reply_to: str | None, ctx: Context) -> bool:
     except InvalidRequest:
         return False
     return reply_to is not None
-
-
-def _error(err: KipError) -> ErrorInfo:
-    return ErrorInfo(code=err.code, message=err.message, retry_after_ms=err.retry_after_ms)
-
-
-def _audit(request: InferenceRequest, ctx: Context, size: int, *, decision: str, final: bool,
-           route: Route | None = None, code: str | None = None) -> AuditRecord:
-    return AuditRecord(
-        request_id=request.request_id, stage="pipeline", decision=decision, final=final,
-        tenant=request.tenant, key_id=request.key_id, priority=Priority(request.priority),
-        model=request.model, model_name=route and route.model_name,
-        model_version=route and route.model_version,
-        artifact_sha256=route and route.artifact_sha256,
-        fallback_from=route and route.fallback_from, error_code=code,
-        payload_bytes=size, traceparent=request.traceparent, at_ms=ctx.now_ms)

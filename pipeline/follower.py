@@ -11,8 +11,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from aiokafka import AIOKafkaConsumer
-
+from runtime import metrics
+from topics.clients import KafkaConnection
 from topics.reading import assign_all, reached
 
 log = logging.getLogger("kip.pipeline")
@@ -20,14 +20,18 @@ Apply = Callable[[bytes | None, bytes | None], None]
 
 
 class TopicFollower:
-    def __init__(self, bootstrap: str, topic: str, apply: Apply) -> None:
-        self.bootstrap, self.topic, self.apply = bootstrap, topic, apply
+    """``skipped`` counts records that ``apply`` refused (also in the metric
+    ``kip_unusable_records_total{topic}``): a bad record must not stop the view, and it
+    is not only logged."""
+
+    def __init__(self, kafka: KafkaConnection, topic: str, apply: Apply) -> None:
+        self.kafka, self.topic, self.apply = kafka, topic, apply
         self.caught_up = asyncio.Event()
+        self.skipped = 0
 
     async def run(self) -> None:
         """Apply records until cancelled."""
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
-                                    enable_auto_commit=False, isolation_level="read_committed")
+        consumer = self.kafka.consumer(group_id=None)
         await consumer.start()
         try:
             tps = await assign_all(consumer, self.topic)
@@ -47,6 +51,8 @@ class TopicFollower:
     def _apply(self, record) -> None:
         try:
             self.apply(record.key, record.value)
-        except Exception:   # a bad control record must not stop the view
-            log.exception("ignored an unusable record at %s[%d]@%d", record.topic,
-                          record.partition, record.offset)
+        except Exception as exc:   # a bad record must not stop the view
+            self.skipped += 1
+            metrics.UNUSABLE_RECORDS.labels(self.topic).inc()
+            log.warning("skipped an unusable record at %s[%d]@%d: %s", record.topic,
+                        record.partition, record.offset, str(exc)[:200])

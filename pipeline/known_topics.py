@@ -11,10 +11,12 @@ import time
 
 from aiokafka.admin import AIOKafkaAdminClient
 
+from topics.clients import KafkaConnection
+
 
 class KnownTopics:
-    def __init__(self, bootstrap: str, max_age_s: float = 2.0) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, kafka: KafkaConnection, max_age_s: float = 2.0) -> None:
+        self.kafka = kafka
         self.max_age_s = max_age_s
         self._known: frozenset[str] = frozenset()
         self._read_at = float("-inf")
@@ -23,8 +25,7 @@ class KnownTopics:
     async def current(self) -> frozenset[str]:
         if time.monotonic() - self._read_at > self.max_age_s:
             if self._admin is None:
-                self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap,
-                                                  client_id="kip-pipeline-topics")
+                self._admin = self.kafka.admin(client_id="kip-pipeline-topics")
                 await self._admin.start()
             self._known = frozenset(await self._admin.list_topics())
             self._read_at = time.monotonic()

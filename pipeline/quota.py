@@ -6,15 +6,16 @@ the control topic (``kip tenants set``); bucket levels are written to the compac
 does not hand a tenant a fresh budget (docs/architecture.md says why not a faust Table).
 
 ``Ledger`` is the pure part: it holds bucket levels, takes tokens for one request and
-remembers which tenants changed so the adapter can write them back to the table.
+remembers which tenants changed so the adapter can write their levels to the
+quota-levels topic.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import orjson
-from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -117,7 +118,7 @@ def apply_levels(ledger: Ledger):
 
 
 def dump_levels(buckets: TenantBuckets) -> dict:
-    """JSON-ready form of one tenant's buckets (the faust Table value)."""
+    """JSON-ready form of one tenant's buckets (a quota-levels record's value)."""
     return {scope: {kind: [b.tokens, b.at_ms] for kind, b in kinds.items()}
             for scope, kinds in buckets.items()}
 

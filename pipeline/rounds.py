@@ -1,10 +1,10 @@
 """Rounds of events from a faust stream, with no timer running while it is idle.
 
 faust's ``Stream.take_events(max_, within)`` wakes every ``within`` seconds to look for
-events, whether any came or not. At the interactive class's 5 ms that is 200 wake-ups a
-second, each building futures and tasks: ~7% of a core for a pipeline with nothing to
-do, on the cores the workers and broker need. ``rounds`` waits for a round's first
-event with no timeout, then at most ``within_s`` for the round to fill to ``max_``.
+events, whether any came or not. At the interactive class's ``round_ms`` (a few ms) that
+is hundreds of wake-ups a second, each building futures and tasks, for a pipeline with
+nothing to do, on the cores the workers and broker need. ``rounds`` waits for a round's
+first event with no timeout, then at most ``within_s`` for the round to fill to ``max_``.
 
 It fills the round the way ``take_events`` does (faust-streaming 0.12-0.15): a stream
 processor appends each event while the stream is drained in the background, and the

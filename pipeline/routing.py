@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from kip.registry import Manifest, Registry
+from models.manifest import Manifest
+from models.registry import Registry
 from schemas.errors import ModelNotFound
 from schemas.messages import Route
 

@@ -4,25 +4,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from kip.settings import KipSettings, kip_home
+from pipeline.access import DEFAULT_REPLAY_WINDOW_MS
 from pipeline.admission import AdmissionPolicy
-from schemas.messages import Priority
-from topics.names import PRIORITIES
-
+from runtime.settings import KipSettings
+from schemas.messages import PRIORITIES, Priority
 
 # A round closes this long after its first event (or when full): an interactive request
 # waits at most that; a batch request can spare 200 ms, and longer rounds cut the
-# pipeline's and the broker's transaction work (docs/architecture.md, "Overload on two
-# cores").
+# pipeline's and the broker's transaction work (docs/architecture.md, "Rounds").
 DEFAULT_ROUND_MS = {Priority.INTERACTIVE: 2.0, Priority.STANDARD: 20.0, Priority.BATCH: 200.0}
 
 
 class PipelineSettings(KipSettings):
-    access_file: Path = Field(default_factory=lambda: kip_home() / "access.json",
-                              description="keys and tenant policies (default $KIP_HOME/access.json)")
-    replay_window_ms: int = Field(300_000, description="accepted |now - issued_at_ms|")
+    access_file: Path = Field(None, description="keys and tenant policies (default "
+                              "$KIP_HOME/access.json)", validate_default=False)
+    replay_window_ms: int = Field(DEFAULT_REPLAY_WINDOW_MS,
+                                  description="accepted |now - issued_at_ms|")
     take_max: int = Field(200, description="requests decided per produce round")
     round_ms: dict[Priority, float] = Field(
         default_factory=lambda: dict(DEFAULT_ROUND_MS),
@@ -43,12 +42,18 @@ class PipelineSettings(KipSettings):
                       "this much (e.g. 19 for a standard/batch pipeline sharing a "
                       "host with workers)")
 
+    session_timeout_ms: int = Field(
+        10_000, description="consumer-group session timeout: how soon a dead pipeline "
+        "process's partitions move to another")
+
     @field_validator("round_ms")
     @classmethod
     def _every_class(cls, rounds: dict[Priority, float]) -> dict[Priority, float]:
         """Classes the setting leaves out keep their defaults."""
         return DEFAULT_ROUND_MS | rounds
 
-    session_timeout_ms: int = Field(
-        10_000, description="consumer-group session timeout: how soon a dead pipeline "
-        "process's partitions move to another")
+    @model_validator(mode="after")
+    def _access_under_home(self) -> PipelineSettings:
+        if self.access_file is None:
+            self.access_file = self.home / "access.json"
+        return self

@@ -22,10 +22,28 @@ _TRACEPARENT = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 _TOPIC = r"^[A-Za-z0-9._\-]{1,249}$"
 
 
+# Request classes, highest first: the one place that defines their order. (A comment,
+# not a docstring: a docstring would become part of the published JSON Schemas.)
 class Priority(StrEnum):
     INTERACTIVE = "interactive"
     STANDARD = "standard"
     BATCH = "batch"
+
+    @property
+    def rank(self) -> int:
+        """0 for the highest class: workers serve lower ranks first."""
+        return PRIORITIES.index(self)
+
+    def and_above(self) -> tuple[Priority, ...]:
+        """This class and every class served before it (what a request of it waits behind)."""
+        return PRIORITIES[:self.rank + 1]
+
+    def below(self) -> tuple[Priority, ...]:
+        """Every class served after this one."""
+        return PRIORITIES[self.rank + 1:]
+
+
+PRIORITIES: tuple[Priority, ...] = tuple(Priority)
 
 
 class Status(StrEnum):

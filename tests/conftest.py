@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from kip.broker import LocalBroker, free_port
-from kip.export.reference import build_reference
-from kip.registry import Registry
+from devkit.broker import LocalBroker, free_port
+from models.export.reference import build_reference
+from models.registry import Registry
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from topics.catalogue import TopicSpec
+from topics.clients import KafkaConnection
 
 
 @dataclass
@@ -23,10 +24,10 @@ class ApplyReport:
         return out
 
 
-async def apply(bootstrap: str, specs: list[TopicSpec], replication_factor: int = 1
+async def apply(kafka: KafkaConnection, specs: list[TopicSpec], replication_factor: int = 1
                 ) -> ApplyReport:
     """Create what is missing; compare partitions and config of what exists."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kip-topics")
+    admin = kafka.admin(client_id="kip-topics")
     await admin.start()
     try:
         existing = set(await admin.list_topics())

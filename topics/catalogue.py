@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from topics.names import PRIORITIES, TopicNames
+from schemas.messages import PRIORITIES
+from topics.names import TopicNames
 
 DAY_MS = 24 * 3600 * 1000
-MAX_MESSAGE_BYTES = 8 * 1024 * 1024   # must agree with the producers' max_request_size
+# The largest record on any kip topic. The broker's message.max.bytes, the producers'
+# max_request_size and the consumers' fetch sizes are all derived from it, so that they agree.
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.messages import Priority
-
-PRIORITIES: tuple[Priority, ...] = (Priority.INTERACTIVE, Priority.STANDARD, Priority.BATCH)
+from schemas.messages import PRIORITIES, Priority
 
 
 @dataclass(frozen=True)
@@ -68,6 +66,3 @@ class TopicNames:
 
     def all_requests(self) -> list[str]:
         return [self.requests(p) for p in PRIORITIES]
-
-    def all_work(self, model: str) -> list[str]:
-        return [self.work(model, p) for p in PRIORITIES]

@@ -32,16 +32,16 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError, ProducerFenced
 
-from topics.catalogue import MAX_MESSAGE_BYTES
+from topics.clients import KafkaConnection
+from topics.outputs import Record
 
 log = logging.getLogger("kip.transactions")
 
-Record = tuple[str, bytes | None, bytes | None, list]   # topic, key, value, headers
 RETRY_BACKOFF_S = 0.5
 # A transaction that begins right after the previous one on the same producer often
 # gets CONCURRENT_TRANSACTIONS (the broker is still writing the previous markers), and
 # aiokafka retries AddOffsetsToTxn and EndTxn after retry_backoff_ms, 100 ms by
-# default: that was the p95 of interactive requests at 10/s (132 ms; 60 ms with 10).
+# default: every such retry would add 100 ms to the requests in the transaction.
 TXN_RETRY_BACKOFF_MS = 10
 
 
@@ -72,10 +72,10 @@ class PartitionTransactions:
     a reader downstream can then commit a batch of them in one transaction.
     """
 
-    def __init__(self, bootstrap: str, group_id: str, timeout_ms: int,
+    def __init__(self, kafka: KafkaConnection, group_id: str, timeout_ms: int,
                  owned: Callable[[TopicPartition], bool] = lambda tp: True,
                  any_partition: Callable[[str], bool] = lambda topic: False) -> None:
-        self.bootstrap = bootstrap
+        self.kafka = kafka
         self.group_id = group_id
         self.timeout_ms = timeout_ms
         self.owned = owned
@@ -142,11 +142,9 @@ class PartitionTransactions:
         producer = self._producers.get(tp)
         if producer is not None:
             return producer
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap, transactional_id=self.transactional_id(tp),
-            transaction_timeout_ms=self.timeout_ms, acks="all", enable_idempotence=True,
-            max_request_size=MAX_MESSAGE_BYTES, client_id=self.transactional_id(tp),
-            retry_backoff_ms=TXN_RETRY_BACKOFF_MS)
+        producer = self.kafka.producer(
+            transactional_id=self.transactional_id(tp), transaction_timeout_ms=self.timeout_ms,
+            client_id=self.transactional_id(tp), retry_backoff_ms=TXN_RETRY_BACKOFF_MS)
         try:
             await producer.start()
             await producer._txn_manager.wait_for_pid()   # InitProducerId: the fence
@@ -160,7 +158,7 @@ class PartitionTransactions:
     async def committed(self, tp: TopicPartition) -> int:
         """The group's committed offset for ``tp`` (0 when it has none)."""
         if self._admin is None:
-            self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+            self._admin = self.kafka.admin()
             await self._admin.start()
         offsets = await self._admin.list_consumer_group_offsets(self.group_id,
                                                                 partitions=[tp])
@@ -213,11 +211,3 @@ def _internal_waiters(producer: AIOKafkaProducer) -> list[asyncio.Future]:
     for batches in getattr(accumulator, "_batches", {}).values():
         waiters += [getattr(batch, "_drain_waiter", None) for batch in batches]
     return [w for w in waiters if w is not None]
-
-
-def by_partition(items, tp_of: Callable) -> dict[TopicPartition, list]:
-    """Group ``items`` by input partition, keeping their order."""
-    groups: dict[TopicPartition, list] = {}
-    for item in items:
-        groups.setdefault(tp_of(item), []).append(item)
-    return groups

@@ -1,35 +1,41 @@
-"""One ONNX Runtime session for one immutable model version.
+"""Model loading and ONNX Runtime sessions, one per immutable model version.
 
 ``ModelSession.run`` takes the inputs of several requests, concatenates their rows,
 tokenizes text where the manifest says so, runs the session once, checks the outputs
 (row count, finite values) and splits them back per request. It is synchronous: the
 worker calls it in an executor so the event loop (and Kafka heartbeats) keep running.
+
+``Sessions`` holds the versions a worker has loaded: each is loaded once, after its
+files are re-hashed against the manifest, in an executor thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import os
+from concurrent.futures import Executor
 from pathlib import Path
 
 import numpy as np
 
-from kip.registry import ModelVersion
+from models.preprocess import encode_texts
+from models.registry import ModelVersion, Registry
+from runtime import metrics
 from schemas.errors import InferenceFailed
 from schemas.tensors import Tensor
-from workers.preprocess import encode_texts
 
 log = logging.getLogger("kip.worker")
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 
 
-def gpu_present() -> bool:
-    return Path("/dev/nvidia0").exists() or bool(os.environ.get("KIP_ASSUME_GPU"))
+def gpu_present(assume_gpu: bool = False) -> bool:
+    return assume_gpu or Path("/dev/nvidia0").exists()
 
 
-def choose_providers(device: str) -> list[str]:
-    """``auto``: CUDA where a GPU and the CUDA provider exist, else CPU; ``cuda``; ``cpu``."""
+def choose_providers(device: str, assume_gpu: bool = False) -> list[str]:
+    """``auto``: CUDA where a GPU and the CUDA provider exist, else CPU; ``cuda``; ``cpu``.
+    ``assume_gpu``: a GPU is there even without /dev/nvidia0."""
     import onnxruntime as ort
 
     available = ort.get_available_providers()
@@ -40,12 +46,12 @@ def choose_providers(device: str) -> list[str]:
             raise RuntimeError(f"device=cuda but this onnxruntime has only {available}; "
                                "install onnxruntime-gpu")
         return [CUDA, CPU]
-    return [CUDA, CPU] if CUDA in available and gpu_present() else [CPU]
+    return [CUDA, CPU] if CUDA in available and gpu_present(assume_gpu) else [CPU]
 
 
 class ModelSession:
     def __init__(self, version: ModelVersion, device: str = "auto",
-                 intra_op_threads: int = 0) -> None:
+                 intra_op_threads: int = 0, assume_gpu: bool = False) -> None:
         import onnxruntime as ort
 
         self.version = version
@@ -54,7 +60,7 @@ class ModelSession:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = intra_op_threads
         self.session = ort.InferenceSession(str(version.artifact), options,
-                                            providers=choose_providers(device))
+                                            providers=choose_providers(device, assume_gpu))
         self.provider = self.session.get_providers()[0]
         if device == "cuda" and self.provider != CUDA:
             raise RuntimeError(f"CUDA was required but ONNX Runtime gave {self.provider}")
@@ -110,3 +116,36 @@ def _check(outputs: list[np.ndarray], names: list[str], rows: int) -> None:
             raise InferenceFailed(f"output '{name}' has {out.shape[0]} rows for {rows} inputs")
         if out.dtype.kind == "f" and not np.isfinite(out).all():
             raise InferenceFailed(f"output '{name}' holds NaN or infinity")
+
+
+class Sessions:
+    """The model versions one worker has loaded, by ``name@version``."""
+
+    def __init__(self, registry: Registry, device: str = "auto", intra_op_threads: int = 0,
+                 assume_gpu: bool = False) -> None:
+        self.registry = registry
+        self.options = (device, intra_op_threads, assume_gpu)
+        self.loaded: dict[str, ModelSession] = {}
+        self._loading = asyncio.Lock()
+
+    async def get(self, name: str, version: str, executor: Executor) -> ModelSession:
+        """The session of ``name@version``, verified and loaded on first use in
+        ``executor`` (hashing and loading take time); raises the registry's ``KipError``
+        for a version it refuses."""
+        key = f"{name}@{version}"
+        async with self._loading:   # both lanes may ask for a new version at once
+            if key not in self.loaded:
+                self.loaded[key] = await self._load(name, version, executor)
+        return self.loaded[key]
+
+    async def _load(self, name: str, version: str, executor: Executor) -> ModelSession:
+        loop = asyncio.get_running_loop()
+        mv = await loop.run_in_executor(executor, self.registry.load, name, version)
+        session = await loop.run_in_executor(executor, ModelSession, mv, *self.options)
+        metrics.MODELS_LOADED.labels(name, version, session.provider).set(1)
+        log.warning("worker serves %s@%s on %s", name, version, session.provider)
+        return session
+
+    @property
+    def max_batch(self) -> int:
+        return max(s.manifest.max_batch for s in self.loaded.values())

@@ -6,13 +6,16 @@ from typing import Literal
 
 from pydantic import Field
 
-from kip.settings import KipSettings
+from runtime.settings import KipSettings
 
 
 class WorkerSettings(KipSettings):
     model: str = Field("minilm", description="alias whose model this worker serves")
     device: Literal["auto", "cuda", "cpu"] = Field(
         "auto", description="auto: CUDA when a GPU is present; cuda: refuse CPU fallback")
+    assume_gpu: bool = Field(
+        False, description="with device=auto, ask for CUDA even where /dev/nvidia0 is "
+        "missing (a container that exposes the GPU under another device node)")
     max_batch: int = Field(0, description="requests per inference call; 0 = manifest max_batch")
     max_delay_ms: float = Field(5.0, description="longest wait to fill a batch")
     session_timeout_ms: int = Field(30_000, description="consumer group session timeout; "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import resource
 import socket
+import time
 
 from schemas.messages import Priority, WorkerTelemetry
 
@@ -14,11 +15,32 @@ def worker_id(model: str) -> str:
 
 
 class Throughput:
-    """Requests per second while busy, smoothed (EWMA) over recent batches."""
+    """The rate a worker serves a backlog, in requests per second, smoothed (EWMA).
+
+    Measured from the end of one well-filled batch (at least half of ``max_batch``) to
+    the end of the next, so fetches, commits and the CPU other processes take all
+    count; busy time alone would overstate it, and admission would let in requests that
+    then expire in the queue. Only requests that ran inference count: expired ones leave
+    the queue fast, and counting them would raise the estimate as expiry rises. A lone
+    request's rate is mostly fixed cost, so until two well-filled batches in a row the
+    rate stays as it was (``0``: unknown).
+    """
 
     def __init__(self, alpha: float = 0.2) -> None:
         self.alpha = alpha
         self.requests_per_s = 0.0
+        self._saturated_since: dict[str, float] = {}   # per lane
+
+    def batch_done(self, lane: str, records: int, inferred: int, max_batch: int) -> None:
+        """Account one finished batch of ``lane``; an idle lane passes ``records=0``."""
+        finished = time.monotonic()
+        if records < max(1, max_batch // 2):
+            self._saturated_since.pop(lane, None)
+            return
+        since = self._saturated_since.get(lane)
+        if since is not None:
+            self.record(inferred, finished - since)
+        self._saturated_since[lane] = finished
 
     def record(self, requests: int, busy_s: float) -> None:
         if requests <= 0 or busy_s <= 0:

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from kip.broker import free_port
+from devkit.broker import free_port
 from kip.client import KipClient
-from kip.devstack import DevStack
+from devkit.stack import DevStack
 from pipeline.access import AccessConfig, ApiKey, TenantPolicy
 from schemas import AuditRecord, DeadLetterRecord, InferenceResult, decode
 from topics.reading import assign_all, reached

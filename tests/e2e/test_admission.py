@@ -9,7 +9,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from kip.settings import KipSettings
+from runtime.settings import KipSettings
 from kip.tenants import set_quota
 from schemas import Status, WorkItem, encode
 from schemas.codec import headers, now_ms

@@ -11,8 +11,9 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from kip.client import KipClient
-from kip.export.digits import dataset
-from kip.loadproc import ClientSpec, offer_from_child
+from models.export.digits import dataset
+from devkit.loadproc import offer_from_child
+from devkit.stack import ClientSpec
 from schemas import DeadLetterRecord, InferenceResult, Status, decode, encode
 from schemas.codec import now_ms
 from schemas.messages import Priority, output_array
@@ -217,7 +218,7 @@ def test_load_offered_from_a_child_process_is_answered_on_its_own_reply_topic(st
                        spec.name)
 
     async def go():
-        await apply(stack.bootstrap, [spec])
+        await apply(stack.kafka, [spec])
         await asyncio.sleep(3)   # the pipeline refreshes its view of reply topics every 2 s
         async with client_for(stack) as here:
             before = here.unmatched

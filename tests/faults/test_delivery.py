@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from kip.faults import FaultPlan, run_faults
+from devkit.faults import FaultPlan, run_faults
 
 pytestmark = pytest.mark.broker
 

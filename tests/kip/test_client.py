@@ -26,7 +26,7 @@ def test_starting_without_the_reply_topic_says_what_to_do(broker, prefix):
 
 
 def test_stopping_fails_requests_still_waiting(broker, prefix):
-    asyncio.run(apply(broker.bootstrap, catalogue(TopicNames(prefix), ["digits"], 1)))
+    asyncio.run(apply(broker.kafka, catalogue(TopicNames(prefix), ["digits"], 1)))
 
     async def go():
         async with _client(broker, prefix) as client:
@@ -39,7 +39,7 @@ def test_stopping_fails_requests_still_waiting(broker, prefix):
 
 
 def test_results_of_other_requests_are_counted_without_being_decoded(broker, prefix):
-    asyncio.run(apply(broker.bootstrap, catalogue(TopicNames(prefix), ["digits"], 1)))
+    asyncio.run(apply(broker.kafka, catalogue(TopicNames(prefix), ["digits"], 1)))
 
     async def go():
         async with _client(broker, prefix) as client:
@@ -50,3 +50,17 @@ def test_results_of_other_requests_are_counted_without_being_decoded(broker, pre
     unmatched, answered = asyncio.run(go())
     assert (unmatched, answered) == (1, False)
 
+
+
+def test_a_dead_result_reader_fails_every_waiting_request_at_once(broker, prefix):
+    asyncio.run(apply(broker.kafka, catalogue(TopicNames(prefix), ["digits"], 1)))
+
+    async def go():
+        async with _client(broker, prefix) as client:
+            waiting = client.expect("never-answered")
+            await client._consumer.stop()   # the reader's next fetch raises
+            try:
+                await asyncio.wait_for(waiting, 10)
+            except ConnectionError as err:
+                return str(err)
+    assert "stopped reading results" in asyncio.run(go())

@@ -1,7 +1,7 @@
 import asyncio
 import json
 
-from kip.settings import KipSettings
+from runtime.settings import KipSettings
 from kip.tenants import clear_quota, current_state, set_quota, show_quotas
 from topics.admin import apply
 from topics.catalogue import catalogue
@@ -10,7 +10,7 @@ from topics.names import TopicNames
 
 def test_quotas_are_merged_shown_and_cleared_on_the_control_topic(broker, prefix):
     settings = KipSettings(bootstrap=broker.bootstrap, topic_prefix=prefix)
-    asyncio.run(apply(broker.bootstrap, catalogue(TopicNames(prefix), [], 1)))
+    asyncio.run(apply(broker.kafka, catalogue(TopicNames(prefix), [], 1)))
 
     async def go():
         await set_quota(settings, "acme", None, {"requests_per_s": 5.0, "burst_requests": None})

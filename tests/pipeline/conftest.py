@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kip.client import KipClient
-from kip.registry import Registry
+from models.registry import Registry
 from pipeline.access import AccessConfig, ApiKey, TenantPolicy
 from pipeline.decide import Context
 from pipeline.routing import Router

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from kip.registry import Manifest
+from models.manifest import Manifest
 from pipeline.admission import (MAX_REQUEST_BYTES, AdmissionPolicy, ClassPolicy,
                                 check_payload_size, check_request_limits, check_wait,
                                 effective_deadline)

@@ -16,11 +16,11 @@ def test_catalogue_names_every_topic_once_with_its_key():
 
 def test_apply_creates_then_changes_nothing_then_reports_drift(broker, prefix):
     specs = catalogue(TopicNames(prefix), ["digits"], partitions=2)
-    first = asyncio.run(apply(broker.bootstrap, specs))
+    first = asyncio.run(apply(broker.kafka, specs))
     assert len(first.created) == len(specs) and not first.drift
-    second = asyncio.run(apply(broker.bootstrap, specs))
+    second = asyncio.run(apply(broker.kafka, specs))
     assert not second.created and not second.drift and len(second.unchanged) == len(specs)
     changed = [s if s.name != specs[0].name else type(s)(s.name, 5, s.key, s.purpose, s.config)
                for s in specs]
-    third = asyncio.run(apply(broker.bootstrap, changed))
+    third = asyncio.run(apply(broker.kafka, changed))
     assert len(third.drift) == 1 and "partitions 2 (catalogue: 5)" in third.drift[0]

@@ -55,7 +55,7 @@ def test_outputs_become_visible_with_the_offset_commit(broker, prefix):
     async def scenario():
         inp, out = await _topics(broker.bootstrap, prefix)
         tp = TopicPartition(inp, 0)
-        async with PartitionTransactions(broker.bootstrap, f"{prefix}.g", TIMEOUT_MS) as tx:
+        async with PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as tx:
             assert await tx.commit(tp, _entries(out, range(5)))
             assert await _committed(tx, tp, 5) == 5
         assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(5)]
@@ -70,9 +70,9 @@ def test_a_new_owner_fences_the_old_one(broker, prefix):
         inp, out = await _topics(broker.bootstrap, prefix)
         tp = TopicPartition(inp, 0)
         owner = {"old": True}
-        async with (PartitionTransactions(broker.bootstrap, f"{prefix}.g", TIMEOUT_MS,
+        async with (PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS,
                                           owned=lambda _: owner["old"]) as old,
-                    PartitionTransactions(broker.bootstrap, f"{prefix}.g", TIMEOUT_MS) as new):
+                    PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as new):
             assert await old.commit(tp, _entries(out, range(3)))
             owner["old"] = False   # the group moved the partition; the old owner slept
             assert await new.commit(tp, _entries(out, range(3, 6)))
@@ -90,10 +90,10 @@ def test_a_fresh_producer_skips_what_is_already_committed(broker, prefix):
     async def scenario():
         inp, out = await _topics(broker.bootstrap, prefix)
         tp = TopicPartition(inp, 0)
-        async with PartitionTransactions(broker.bootstrap, f"{prefix}.g", TIMEOUT_MS) as tx:
+        async with PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as tx:
             assert await tx.commit(tp, _entries(out, range(10)))
         # A replay from an older position, as after a crash before the commit's reply:
-        async with PartitionTransactions(broker.bootstrap, f"{prefix}.g", TIMEOUT_MS) as tx:
+        async with PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as tx:
             assert await tx.commit(tp, _entries(out, range(5, 15)))
             assert await tx.commit(tp, _entries(out, range(12, 16)))
         assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(16)]
@@ -106,7 +106,7 @@ def test_records_of_an_any_partition_topic_share_one_partition_per_transaction(b
                       {f"{prefix}.in": 1, f"{prefix}.free": 3, f"{prefix}.keyed": 3})
         free, keyed = f"{prefix}.free", f"{prefix}.keyed"
         tp = TopicPartition(f"{prefix}.in", 0)
-        async with PartitionTransactions(broker.bootstrap, f"{prefix}.g", TIMEOUT_MS,
+        async with PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS,
                                          any_partition=lambda t: t == free) as tx:
             for round_ in range(4):
                 entries = [Entry(round_ * 30 + i,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from kip import metrics
+from runtime import metrics
 from schemas.codec import encode, headers, now_ms
 from schemas.messages import InferenceResult, Priority, Route, WorkItem
 from tests.e2e.conftest import read_topic
@@ -55,12 +55,12 @@ def test_inference_longer_than_the_session_timeout_keeps_the_partitions(broker, 
     names = TopicNames(prefix)
 
     async def scenario():
-        await apply(broker.bootstrap, catalogue(names, ["digits"]))
+        await apply(broker.kafka, catalogue(names, ["digits"]))
         settings = WorkerSettings(bootstrap=broker.bootstrap, topic_prefix=prefix,
                                   registry_dir=registry.root, model="digits",
                                   session_timeout_ms=SESSION_TIMEOUT_MS)
         async with Worker(settings) as worker:
-            for session in worker.sessions.values():
+            for session in worker.sessions.loaded.values():
                 session.run = _slowed(session.run)
             group = names.worker_group("digits")
             revoked_before = _revoked(group)

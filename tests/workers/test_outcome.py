@@ -48,8 +48,8 @@ def test_poisoned_request_fails_with_its_code_and_a_dead_letter_with_its_origin(
     item = _item()
     outputs = poisoned(_record(encode(item)), item, Stamps(NOW_MS), NAMES,
                        InferenceFailed("output holds NaN"))
-    (reply, _, result, _), (audit_topic, _, audit, _), (dl_topic, _, dead, _) = outputs
-    assert (reply, audit_topic, dl_topic) == ("t.results", "t.audit", "t.deadletter")
+    assert [o.topic for o in outputs] == ["t.results", "t.audit", "t.deadletter"]
+    result, audit, dead = (o.message for o in outputs)
     assert result.status == Status.FAILED and result.error.code == "INFERENCE_FAILED"
     assert audit.final and audit.error_code == "INFERENCE_FAILED"
     assert (dead.origin_topic, dead.origin_partition, dead.origin_offset) == \
@@ -61,13 +61,13 @@ def test_a_defect_in_inference_is_internal_not_a_crash():
     item = _item()
     outputs = poisoned(_record(encode(item)), item, Stamps(NOW_MS), NAMES,
                        ZeroDivisionError("division by zero"))
-    assert outputs[0][2].error.code == "INTERNAL"
-    assert "ZeroDivisionError" in outputs[2][2].reason
+    assert outputs[0].message.error.code == "INTERNAL"
+    assert "ZeroDivisionError" in outputs[2].message.reason
 
 
 def test_undecodable_work_item_keeps_the_request_id_it_can_read():
     value = b'{"request": {"request_id": "r-1"}, "route": 1}'
     outputs = undecodable(_record(value), InvalidRequest("route: not an object"), NAMES)
-    assert [o[0] for o in outputs] == ["t.results", "t.audit", "t.deadletter"]
-    assert {o[2].request_id for o in outputs} == {"r-1"}
-    assert outputs[2][2].origin_offset == 41
+    assert [o.topic for o in outputs] == ["t.results", "t.audit", "t.deadletter"]
+    assert {o.message.request_id for o in outputs} == {"r-1"}
+    assert outputs[2].message.origin_offset == 41

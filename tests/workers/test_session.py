@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kip.export.digits import dataset
+from models.export.digits import dataset
 from schemas.errors import InferenceFailed
 from schemas.tensors import Tensor
 from workers.session import CPU, ModelSession, choose_providers

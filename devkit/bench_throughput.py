@@ -1,0 +1,90 @@
+"""``kip bench throughput``: MiniLM through raw ONNX Runtime at batch 32 against the
+whole kip pipeline, in one run.
+
+Starts its own broker (free loopback port, temporary folder), topics, pipeline and
+workers, so both figures come from the same machine in the same minute. Prints raw
+sequences/s, pipeline requests/s with p50/p99 latency while every request is in flight
+at once (queueing dominates), their ratio, and latency one request at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from pathlib import Path
+
+import numpy as np
+
+from devkit.loadgen import sentences
+from devkit.stack import DevStack, dev_client, own_stack
+from runtime.settings import KipSettings
+from schemas.tensors import Tensor
+from workers.session import ModelSession
+
+UNLOADED_REQUESTS = 100
+WORKER_ENV = {"KIP_MAX_BATCH": "32", "KIP_MAX_DELAY_MS": "5", "KIP_BACKGROUND_MAX_BATCH": "32"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--requests", type=int, default=512)
+    p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
+                   help="registry with the reference models (default $KIP_REGISTRY_DIR)")
+
+
+def run(args) -> int:
+    raw, piped = asyncio.run(_measure(args.requests, args.registry))
+    print(f"\nraw ORT (tokenize + run, batch 32): {raw:8.1f} sequences/s")
+    print(f"kip end to end:                     {piped['rps']:8.1f} requests/s   "
+          f"p50 {piped['p50']:.0f} ms   p99 {piped['p99']:.0f} ms   "
+          f"mean batch {piped['mean_batch']:.1f}")
+    print(f"ratio pipeline / raw:               {piped['rps'] / raw:8.2f}")
+    print(f"unloaded latency ({UNLOADED_REQUESTS} requests one at a time): "
+          f"p50 {piped['single_p50']:.1f} ms   p99 {piped['single_p99']:.1f} ms")
+    return 0
+
+
+async def _measure(requests: int, registry: Path) -> tuple[float, dict]:
+    texts = sentences(requests)
+    async with own_stack("bench", registry, WORKER_ENV) as stack:
+        mv = stack.registry.resolve("minilm")
+        print(f"raw ONNX Runtime: {len(texts)} sentences at batch 32 ...", flush=True)
+        raw = raw_throughput(ModelSession(mv, device="cpu"), texts)
+        stack.start_services()
+        print(f"pipeline: {len(texts)} single-sentence requests, all in flight ...",
+              flush=True)
+        return raw, await pipeline_run(stack, texts)
+
+
+def raw_throughput(session: ModelSession, texts: list[str], batch: int = 32) -> float:
+    """Sequences/s through ModelSession.run (tokenize + ORT), batches of ``batch``."""
+    chunks = [texts[i:i + batch] for i in range(0, len(texts), batch)]
+    session.run([[Tensor.text("text", chunks[0])]])                       # warm-up
+    start = time.perf_counter()
+    for chunk in chunks:
+        session.run([[Tensor.text("text", chunk)]])
+    return len(texts) / (time.perf_counter() - start)
+
+
+async def pipeline_run(stack: DevStack, texts: list[str]) -> dict:
+    async with dev_client(stack) as kip:
+        warm = await kip.infer("minilm", {"text": ["warm-up"]}, priority="batch",
+                               timeout_s=120)
+        if warm.status != "ok":
+            raise RuntimeError(f"the warm-up request ended {warm.status}: {warm.error}")
+        start = time.perf_counter()
+        futures = [await kip.submit(kip.request("minilm", {"text": [t]}, priority="batch"))
+                   for t in texts]
+        results = await asyncio.wait_for(asyncio.gather(*futures), 300)
+        elapsed = time.perf_counter() - start
+        single = [(await kip.infer("minilm", {"text": [t]}, priority="interactive"))
+                  .timings.total_ms for t in texts[:UNLOADED_REQUESTS]]
+    bad = [r for r in results if r.status != "ok"]
+    if bad:
+        raise RuntimeError(f"{len(bad)} requests did not succeed, e.g. {bad[0].error}")
+    latencies = np.array([r.timings.total_ms for r in results])
+    return {"rps": len(texts) / elapsed, "p50": float(np.percentile(latencies, 50)),
+            "p99": float(np.percentile(latencies, 99)),
+            "mean_batch": float(np.mean([r.batch_size for r in results])),
+            "single_p50": float(np.percentile(single, 50)),
+            "single_p99": float(np.percentile(single, 99))}

@@ -1,0 +1,92 @@
+"""The developer tools' ``kip`` commands: ``kafka``, ``up``, ``demo``, ``bench`` and
+``faults``. ``add_commands`` is registered under the ``kip.commands`` entry points."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from devkit import bench_load, bench_throughput, faults
+from devkit.settings import DevSettings
+
+
+def add_commands(sub) -> None:
+    home = DevSettings().home
+    kafka = sub.add_parser("kafka", help="a local single-node Kafka broker (KRaft)")
+    kafka.add_argument("action", choices=["start", "stop", "status"])
+    kafka.add_argument("--dir", type=Path, default=home / "kafka")
+    kafka.add_argument("--port", type=int, default=9092)
+    kafka.set_defaults(func=_kafka)
+
+    up = sub.add_parser("up", help="broker + topics + models + pipeline + workers")
+    up.add_argument("--demo", action="store_true", help="run the demo, then stop everything")
+    up.set_defaults(func=_up)
+    sub.add_parser("demo", help="send demo traffic to a running kip").set_defaults(func=_demo)
+
+    bench = sub.add_parser("bench", help="benchmarks that start a kip of their own")
+    benches = bench.add_subparsers(required=True, metavar="BENCH")
+    load = benches.add_parser("load", help="open-loop load per class; overload; sweep")
+    bench_load.add_arguments(load)
+    load.set_defaults(func=bench_load.run)
+    throughput = benches.add_parser("throughput", help="raw ONNX Runtime against kip end "
+                                    "to end, one run")
+    bench_throughput.add_arguments(throughput)
+    throughput.set_defaults(func=bench_throughput.run)
+
+    fault = sub.add_parser("faults", help="crash processes under load; count lost and "
+                           "duplicated results (starts a kip of its own)")
+    faults.add_arguments(fault)
+    fault.set_defaults(func=faults.run_cli)
+
+
+def _kafka(args) -> int:
+    from devkit.broker import LocalBroker
+
+    broker = LocalBroker(args.dir, port=args.port)
+    if args.action == "start":
+        broker.start()
+    elif args.action == "stop":
+        print("kafka broker stopped" if broker.stop() else "kafka broker was not running")
+    else:
+        print(broker.status())
+        return 0 if broker.pid() else 3
+    return 0
+
+
+def _up(args) -> int:
+    from devkit.stack import DevStack
+
+    stack = DevStack()
+    stack.prepare()
+    stack.start_services()
+    try:
+        if args.demo:
+            return _demo_against(stack)
+        print("kip is up; Ctrl-C stops the pipeline and workers (`kip kafka stop` the broker)")
+        while True:
+            stack.check_services()
+            time.sleep(1)
+    finally:
+        stack.stop_services()
+        if args.demo:
+            stack.broker.stop()
+
+
+def _demo(args) -> int:
+    from devkit.stack import DevStack
+    return _demo_against(DevStack())
+
+
+def _demo_against(stack) -> int:
+    from devkit.demo import passed, run_demo
+    from devkit.stack import dev_client
+
+    async def go() -> dict:
+        async with dev_client(stack) as client:
+            return await run_demo(client)
+    figures = asyncio.run(go())
+    ok = passed(figures)
+    print("\ndemo " + ("passed" if ok else "FAILED") + f": similarity {figures['similarity']:.4f} "
+          f"(torch reference 0.7553), digit accuracy {figures['digit_accuracy']:.1%}")
+    return 0 if ok else 1

@@ -1,0 +1,226 @@
+"""``kip up``: a whole kip on one machine (broker, topics, models, pipeline, workers).
+
+Each part runs as its own process, as in a deployment; this module only starts them,
+waits for them, and stops them in reverse order. ``own_stack`` gives the benchmarks and
+the fault harness a kip of their own (its broker in a temporary folder), and
+``dev_client`` a client of the demo tenant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from devkit.broker import LocalBroker, free_port
+from kip.client import KipClient
+from models.export.reference import build_reference
+from models.registry import Registry
+from pipeline.access import AccessConfig, ApiKey, TenantPolicy
+from runtime.settings import KipSettings
+from topics.admin import apply
+from topics.catalogue import catalogue
+from topics.clients import KafkaConnection
+from topics.names import TopicNames
+
+REFERENCE_MODELS = ["minilm", "digits"]
+DEV_TENANT, DEV_KEY_ID = "demo", "demo-key"
+
+
+def ensure_dev_access(path: Path) -> AccessConfig:
+    """The access file, created with one demo tenant and a fresh secret if missing."""
+    if path.exists():
+        return AccessConfig.from_file(path)
+    access = AccessConfig(
+        keys={DEV_KEY_ID: ApiKey(tenant=DEV_TENANT, secret=secrets.token_hex(32))},
+        tenants={DEV_TENANT: TenantPolicy(models=["*"])})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(access.to_json())
+    path.chmod(0o600)
+    return access
+
+
+@dataclass
+class DevStack:
+    """A kip on one machine. With ``bootstrap`` set it uses that cluster instead of
+    starting a local broker (the tests and benchmarks bring their own)."""
+
+    home: Path = field(default_factory=lambda: KipSettings().home)
+    port: int = 9092
+    bootstrap_servers: str | None = None
+    prefix: str = "kip"
+    registry_dir: Path | None = None
+    metrics_base_port: int = 9101
+    worker_env: dict[str, str] = field(default_factory=dict)
+    split_pipeline: bool = False   # one pipeline for interactive, one (niced) for the rest
+    own_broker: LocalBroker | None = None   # the broker ``own_stack`` started
+    procs: list[subprocess.Popen] = field(default_factory=list)
+    logs: dict[int, Path] = field(default_factory=dict)   # pid -> its log file
+
+    @property
+    def broker(self) -> LocalBroker:
+        return self.own_broker or LocalBroker(self.home / "kafka", port=self.port)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.bootstrap_servers or self.broker.bootstrap
+
+    @property
+    def names(self) -> TopicNames:
+        return TopicNames(self.prefix)
+
+    @property
+    def kafka(self) -> KafkaConnection:
+        return KafkaConnection(bootstrap=self.bootstrap)
+
+    @property
+    def registry(self) -> Registry:
+        return Registry(self.registry_dir or self.home / "registry")
+
+    @property
+    def access_file(self) -> Path:
+        return self.home / "access.json"
+
+    def env(self) -> dict[str, str]:
+        return os.environ | {"KIP_HOME": str(self.home),
+                             "KIP_BOOTSTRAP": self.bootstrap,
+                             "KIP_TOPIC_PREFIX": self.prefix,
+                             "KIP_REGISTRY_DIR": str(self.registry.root),
+                             "KIP_ACCESS_FILE": str(self.access_file)}
+
+    def prepare(self, log=print) -> None:
+        """Broker running, topics applied, reference models built, access file present."""
+        if self.bootstrap_servers is None:
+            self.broker.start(log=log)
+        report = asyncio.run(apply(self.kafka, catalogue(self.names, REFERENCE_MODELS)))
+        log(f"topics: {len(report.created)} created, {len(report.unchanged)} unchanged, "
+            f"{len(report.drift)} drifted")
+        for line in report.drift:
+            log(f"  DRIFT {line}")
+        build_reference(self.registry, log)
+        ensure_dev_access(self.access_file)
+
+    def start_services(self, log=print) -> None:
+        """The pipeline and one worker per reference model, as child processes."""
+        pipelines = [["pipeline"]]
+        if self.split_pipeline:
+            pipelines = [["pipeline", "--classes", "interactive"],
+                         ["pipeline", "--classes", "standard,batch", "--nice", "19"]]
+        commands = pipelines + [["worker", "--model", m] for m in REFERENCE_MODELS]
+        for i, args in enumerate(commands):
+            port = self.metrics_base_port + i if self.metrics_base_port else 0
+            self.procs.append(self.spawn(args, port, log))
+
+    def spawn(self, args: list[str], metrics_port: int = 0, log=print) -> subprocess.Popen:
+        """Start one ``kip`` subcommand as a child process logging to ``home``."""
+        env = self.env() | self.worker_env | {"KIP_METRICS_PORT": str(metrics_port)}
+        logfile = self.home / ("-".join(a for a in args if not a.startswith("--")) + ".log")
+        with open(logfile, "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "kip.cli", *args], env=env,
+                                    stdout=out, stderr=subprocess.STDOUT)
+        self.logs[proc.pid] = logfile
+        log(f"started kip {' '.join(args)} (pid {proc.pid}, metrics on :{metrics_port}, "
+            f"log {logfile})")
+        return proc
+
+    def restart(self, index: int, timeout_s: float = 20.0) -> float:
+        """Stop service ``index`` (0: the pipeline) with SIGTERM and start it again;
+        return how long the old process took to exit."""
+        old = self.procs[index]
+        started = time.monotonic()
+        _terminate([old], timeout_s)
+        stopped_s = time.monotonic() - started
+        port = self.metrics_base_port + index if self.metrics_base_port else 0
+        self.procs[index] = self.spawn(old.args[3:], port, log=lambda *_: None)
+        return stopped_s
+
+    def check_services(self) -> None:
+        """Raise, with the end of its log, if a service has exited."""
+        for proc in self.procs:
+            if proc.poll() is not None:
+                raise RuntimeError(f"kip {' '.join(proc.args[3:])} exited with "
+                                   f"{proc.returncode}; the end of its log:\n"
+                                   + _tail(self.logs.get(proc.pid)))
+
+    def stop_services(self, timeout_s: float = 20.0) -> None:
+        _terminate(list(reversed(self.procs)), timeout_s)
+        self.procs.clear()
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    """What a ``KipClient`` needs, in a form a child process can be handed."""
+
+    bootstrap: str
+    tenant: str
+    key_id: str
+    secret: str
+    topic_prefix: str
+    reply_to: str | None = None
+
+    def client(self) -> KipClient:
+        """A client (not started)."""
+        return KipClient(self.bootstrap, tenant=self.tenant, key_id=self.key_id,
+                         secret=self.secret, topic_prefix=self.topic_prefix,
+                         reply_to=self.reply_to)
+
+
+def dev_spec(stack: DevStack, reply_to: str | None = None) -> ClientSpec:
+    """The demo tenant's client, with the key from the stack's access file."""
+    key = ensure_dev_access(stack.access_file).keys[DEV_KEY_ID]
+    return ClientSpec(stack.bootstrap, key.tenant, DEV_KEY_ID, key.secret.get_secret_value(),
+                      stack.prefix, reply_to)
+
+
+def dev_client(stack: DevStack, reply_to: str | None = None) -> KipClient:
+    """A client (not started) of the demo tenant."""
+    return dev_spec(stack, reply_to).client()
+
+
+@asynccontextmanager
+async def own_stack(prefix: str, registry_dir: Path, worker_env: dict[str, str] | None = None,
+                    split_pipeline: bool = False, log=print) -> AsyncIterator[DevStack]:
+    """A prepared kip with a broker of its own on free loopback ports, in a temporary
+    folder; services are the caller's to start. Everything stops on exit."""
+    with tempfile.TemporaryDirectory(prefix=f"kip-{prefix}-") as tmp:
+        broker = LocalBroker(Path(tmp) / "kafka", port=free_port(), controller_port=free_port())
+        await asyncio.to_thread(broker.start, log=log)
+        stack = DevStack(home=Path(tmp), bootstrap_servers=broker.bootstrap, prefix=prefix,
+                         registry_dir=registry_dir, metrics_base_port=0,
+                         worker_env=worker_env or {}, split_pipeline=split_pipeline,
+                         own_broker=broker)
+        try:
+            await asyncio.to_thread(stack.prepare, log)
+            yield stack
+        finally:
+            await asyncio.to_thread(stack.stop_services)
+            await asyncio.to_thread(broker.stop)
+
+
+def _tail(path: Path | None, lines: int = 15) -> str:
+    if path is None or not path.exists():
+        return "(no log)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _terminate(procs: list[subprocess.Popen], timeout_s: float) -> None:
+    """SIGTERM, then SIGKILL whatever has not exited within ``timeout_s``."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

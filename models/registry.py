@@ -1,0 +1,112 @@
+"""The model registry: immutable versions on disk, identified by their artifact digest.
+
+Layout (a local folder; a mounted volume in deployment)::
+
+    <root>/aliases.json                    {"minilm": "minilm@3f2a...", ...}
+    <root>/<name>/<version>/model.onnx     the artifact; version = sha256[:16]
+    <root>/<name>/<version>/manifest.json  a ``Manifest``
+    <root>/<name>/<version>/<files>        extra files the preprocessing needs
+
+A version is never rewritten: ``publish`` refuses to overwrite a different artifact.
+``load`` re-hashes every file and refuses what does not match the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from models.manifest import Manifest
+from schemas.errors import ModelNotFound
+
+VERSION_CHARS = 16
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    manifest: Manifest
+    path: Path
+
+    @property
+    def artifact(self) -> Path:
+        return self.path / "model.onnx"
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class Registry:
+    """Reads and writes model versions under one root folder."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root)
+
+    def aliases(self) -> dict[str, str]:
+        path = self.root / "aliases.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def set_alias(self, alias: str, target: str) -> None:
+        aliases = self.aliases() | {alias: target}
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / "aliases.json.tmp"
+        tmp.write_text(json.dumps(aliases, indent=2, sort_keys=True))
+        tmp.replace(self.root / "aliases.json")
+
+    def resolve(self, alias: str) -> ModelVersion:
+        """``name@version`` pins a version; anything else is looked up in aliases.json."""
+        target = alias if "@" in alias else self.aliases().get(alias)
+        if target is None:
+            raise ModelNotFound(f"no model or alias named '{alias}'")
+        name, _, version = target.partition("@")
+        return self.get(name, version)
+
+    def get(self, name: str, version: str) -> ModelVersion:
+        path = self.root / name / version
+        manifest_path = path / "manifest.json"
+        if "/" in name + version or ".." in name + version or not manifest_path.exists():
+            raise ModelNotFound(f"model {name}@{version} is not in the registry")
+        return ModelVersion(Manifest.model_validate_json(manifest_path.read_bytes()), path)
+
+    def load(self, name: str, version: str) -> ModelVersion:
+        """Like ``get``, after re-hashing every file against the manifest."""
+        mv = self.get(name, version)
+        actual = sha256_file(mv.artifact)
+        if actual != mv.manifest.artifact_sha256:
+            raise ModelNotFound(f"{name}@{version}: model.onnx digest {actual[:12]} does not "
+                                f"match the manifest; refusing to load it")
+        for fname, digest in mv.manifest.files_sha256.items():
+            if sha256_file(mv.file(fname)) != digest:
+                raise ModelNotFound(f"{name}@{version}: {fname} does not match its digest")
+        return mv
+
+    def publish(self, artifact: Path, manifest: dict, files: dict[str, Path]) -> ModelVersion:
+        """Copy ``artifact`` and ``files`` in as a new immutable version."""
+        digest = sha256_file(artifact)
+        version = digest[:VERSION_CHARS]
+        name = manifest["name"]
+        dest = self.root / name / version
+        if (dest / "manifest.json").exists():
+            return self.load(name, version)
+        staging = self.root / name / f".{version}.staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        shutil.copyfile(artifact, staging / "model.onnx")
+        for fname, src in files.items():
+            shutil.copyfile(src, staging / fname)
+        full = Manifest(**manifest, version=version, artifact_sha256=digest,
+                        files_sha256={f: sha256_file(staging / f) for f in files})
+        (staging / "manifest.json").write_text(full.model_dump_json(indent=2))
+        staging.rename(dest)
+        return self.load(name, version)

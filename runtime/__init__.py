@@ -1,0 +1,1 @@
+"""What every kip process shares below the stages: settings and metrics."""

@@ -1,0 +1,57 @@
+"""Prometheus metrics every kip process exposes (prometheus-client)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from schemas.messages import AuditRecord, InferenceResult
+
+_LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                      2.5, 5.0, 10.0, 30.0)
+
+REQUESTS = Counter(
+    "kip_requests", "Requests leaving a stage, by outcome and error code",
+    ["stage", "outcome", "code", "priority", "model"])
+LATENCY = Histogram(
+    "kip_latency_seconds", "Latency by kind: end_to_end (issued to result), queue "
+    "(routed to pulled), batch_wait (pulled to inference start), inference",
+    ["kind", "priority", "model"], buckets=_LATENCY_BUCKETS_S)
+BATCH_SIZE = Histogram(
+    "kip_batch_rows", "Rows per inference call", ["model"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
+
+PARTITIONS_REVOKED = Counter(
+    "kip_partitions_revoked", "Partitions a consumer-group rebalance took from this "
+    "process (a steady rise: members time out, e.g. starved heartbeats)", ["group"])
+
+MODELS_LOADED = Gauge(
+    "kip_models_loaded", "Model versions this worker has loaded, with the execution "
+    "provider ONNX Runtime really gave them", ["model", "version", "provider"])
+
+UNUSABLE_RECORDS = Counter(
+    "kip_unusable_records", "Records of a followed topic (control, telemetry, quota "
+    "levels) that could not be applied and were skipped", ["topic"])
+
+
+def serve(port: int) -> None:
+    """Serve /metrics on ``port`` (0: do nothing)."""
+    if port:
+        start_http_server(port, addr="0.0.0.0")
+
+
+def count_outcome(stage: str, audit: AuditRecord) -> None:
+    """Count one decision of ``stage`` by its audit record: every request a stage ends or
+    forwards has exactly one, so both stages count the same way."""
+    REQUESTS.labels(stage, audit.decision, audit.error_code or "", audit.priority or "",
+                    audit.model_name or audit.model or "").inc()
+
+
+def observe_latency(result: InferenceResult) -> None:
+    """End-to-end, queue and batch-wait latency of a terminal result."""
+    t = result.timings
+    labels = (result.priority or "", result.model_name or "")
+    LATENCY.labels("end_to_end", *labels).observe(t.total_ms / 1000)
+    if t.queue_ms is not None:
+        LATENCY.labels("queue", *labels).observe(t.queue_ms / 1000)
+    if t.batch_wait_ms is not None:
+        LATENCY.labels("batch_wait", *labels).observe(t.batch_wait_ms / 1000)

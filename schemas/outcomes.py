@@ -1,0 +1,80 @@
+"""What a request ends as, in both stages: its result, its audit record and, for input kip
+could not use, a dead letter. Pure builders over the wire messages; where each part
+goes is ``topics.outputs``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.deadletter import dead_letter, fallback_request_id, hints
+from schemas.errors import DeadlineExceeded, KipError
+from schemas.messages import (AuditRecord, DeadLetterRecord, ErrorInfo, InferenceRequest,
+                              InferenceResult, Route, Status, Timings)
+
+Stage = str   # "pipeline" or "worker" (AuditRecord.stage)
+
+
+@dataclass(frozen=True)
+class Coordinates:
+    """Where a consumed record came from."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    """The ending of a message that is not a valid request or work item."""
+
+    result: InferenceResult
+    audit: AuditRecord
+    deadletter: DeadLetterRecord
+    reply_to: str | None   # read off the payload: the caller decides whether to trust it
+
+
+def error_info(err: KipError) -> ErrorInfo:
+    return ErrorInfo(code=err.code, message=err.message, retry_after_ms=err.retry_after_ms)
+
+
+def status_of(err: KipError | None, otherwise: Status) -> Status:
+    """OK without an error; EXPIRED for a passed deadline; else ``otherwise`` (REJECTED
+    in the pipeline, FAILED in a worker)."""
+    if err is None:
+        return Status.OK
+    return Status.EXPIRED if isinstance(err, DeadlineExceeded) else otherwise
+
+
+def audit_record(request: InferenceRequest, *, stage: Stage, decision: str, final: bool,
+                 at_ms: int, payload_bytes: int, route: Route | None = None,
+                 code: str | None = None) -> AuditRecord:
+    """The audit record of one decision about a decoded request."""
+    return AuditRecord(
+        request_id=request.request_id, stage=stage, decision=decision, final=final,
+        tenant=request.tenant, key_id=request.key_id, priority=request.priority,
+        model=request.model, model_name=route and route.model_name,
+        model_version=route and route.model_version,
+        artifact_sha256=route and route.artifact_sha256,
+        fallback_from=route and route.fallback_from, error_code=code,
+        payload_bytes=payload_bytes, traceparent=request.traceparent, at_ms=at_ms)
+
+
+def undecodable(payload: bytes, origin: Coordinates, err: KipError, *, stage: Stage,
+                status: Status, now_ms: int) -> Undecodable:
+    """Result, final audit record and dead letter for a message that does not decode.
+
+    The result goes out under the request id read off the payload when it is well
+    formed, else under ``undecodable.<topic>.<partition>.<offset>``, which a producer
+    can compute from its own send metadata.
+    """
+    found = hints(payload)
+    request_id = found.get("request_id") or fallback_request_id(
+        origin.topic, origin.partition, origin.offset)
+    result = InferenceResult(request_id=request_id, status=status, error=error_info(err),
+                             timings=Timings(total_ms=0.0), produced_at_ms=now_ms)
+    audit = AuditRecord(request_id=request_id, stage=stage, decision=status.value,
+                        final=True, tenant=found.get("tenant"), error_code=err.code,
+                        payload_bytes=len(payload), at_ms=now_ms)
+    dead = dead_letter(payload, origin.topic, origin.partition, origin.offset, err, now_ms)
+    return Undecodable(result, audit, dead, found.get("reply_to"))

@@ -1,0 +1,29 @@
+import socket
+
+import pytest
+
+from devkit.broker import BrokerError, LocalBroker, free_port, require_tool
+
+
+def test_the_session_broker_accepts_connections_and_reports_status(broker):
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=2):
+        pass
+    assert "running" in broker.status() and broker.pid() is not None
+
+
+def test_a_second_start_is_a_no_op(broker):
+    pid = broker.pid()
+    lines = []
+    broker.start(log=lines.append)
+    assert broker.pid() == pid and "already running" in lines[0]
+
+
+def test_a_stopped_broker_reports_not_running(tmp_path):
+    b = LocalBroker(tmp_path, port=free_port())
+    assert b.pid() is None and "not running" in b.status() and b.stop() is False
+
+
+def test_missing_java_or_maven_gives_a_clear_error(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(BrokerError, match="'mvn' is not on PATH.*Install it"):
+        require_tool("mvn", "Maven fetches the Kafka broker jars")

@@ -1,0 +1,66 @@
+"""The fault report's counting, on hand-made topic contents: each defect it must catch."""
+
+from __future__ import annotations
+
+from devkit.faults_report import Tally
+from schemas.codec import encode
+from schemas.messages import AuditRecord, DeadLetterRecord, InferenceResult, Status, Timings
+from topics.clients import KafkaConnection
+from topics.names import TopicNames
+
+NAMES = TopicNames("t")
+
+
+def _result(request_id: str) -> bytes:
+    return encode(InferenceResult(request_id=request_id, status=Status.OK,
+                                  timings=Timings(total_ms=1.0), produced_at_ms=1))
+
+
+def _audit(request_id: str, final: bool = True) -> bytes:
+    return encode(AuditRecord(request_id=request_id, stage="worker", decision="ok",
+                              final=final, payload_bytes=0, at_ms=1))
+
+
+def _dead(request_id: str) -> bytes:
+    return encode(DeadLetterRecord(origin_topic="t.work.digits.standard", origin_partition=0,
+                                   origin_offset=3, error_code="INFERENCE_FAILED",
+                                   reason="NaN", request_id=request_id, payload_b64="",
+                                   payload_bytes=0, at_ms=1))
+
+
+def _tally(records: list[tuple[str, bytes]]) -> Tally:
+    tally = Tally(KafkaConnection(bootstrap="unused:9092"), NAMES)
+    for topic, value in records:
+        tally._count(topic, value)
+    return tally
+
+
+def test_a_clean_run_passes():
+    t = _tally([(NAMES.results, _result("a")), (NAMES.audit, _audit("a", final=False)),
+                (NAMES.audit, _audit("a")), (NAMES.results, _result("p")),
+                (NAMES.audit, _audit("p")), (NAMES.deadletter, _dead("p"))])
+    report = t.report({"a": "normal", "p": "overflowing-input"}, failed_sends=0)
+    assert (report.lost, report.duplicated, report.unseen, report.orphaned) == (0, 0, 0, 0)
+    assert report.poison == report.poison_deadlettered_once == 1
+    assert report.passed
+
+
+def test_each_defect_is_counted():
+    t = _tally([
+        (NAMES.results, _result("dup")), (NAMES.results, _result("dup")),
+        (NAMES.audit, _audit("dup")),
+        (NAMES.audit, _audit("seen-only", final=False)),          # lost, but seen
+        (NAMES.results, _result("no-audit")),                     # orphaned
+        (NAMES.results, _result("p")), (NAMES.audit, _audit("p")),
+        (NAMES.deadletter, _dead("p")), (NAMES.deadletter, _dead("p")),   # twice
+        (NAMES.results, _result("good")), (NAMES.audit, _audit("good")),
+        (NAMES.deadletter, _dead("good"))])                       # good request dead-lettered
+    report = t.report({"dup": "normal", "seen-only": "normal", "never": "normal",
+                       "no-audit": "normal", "p": "bad-request", "good": "normal"},
+                      failed_sends=0)
+    assert report.duplicated == 1
+    assert report.lost == 2 and report.unseen == 1
+    assert report.orphaned == 1
+    assert report.poison == 1 and report.poison_deadlettered_once == 0
+    assert report.deadletters_not_poison == 1
+    assert not report.passed

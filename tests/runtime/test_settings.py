@@ -1,0 +1,46 @@
+"""Settings hygiene: every ``KIP_`` variable is a settings field, documented in the README,
+and read only through the settings classes."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from devkit.layers import modules
+from devkit.settings import DevSettings
+from pipeline.settings import PipelineSettings
+from runtime.settings import KipSettings
+from tests.conftest import repo_root
+from workers.settings import WorkerSettings
+
+SETTINGS = (KipSettings, PipelineSettings, WorkerSettings, DevSettings)
+READS_ENV = re.compile(r"""(environ\.get\(|environ\[|getenv\()\s*["']KIP_""")
+
+
+def test_every_settings_field_is_in_the_readme_table():
+    readme = (repo_root() / "README.md").read_text()
+    table = {m.group(1) for m in re.finditer(r"^\| `(KIP_[A-Z_]+)`", readme, re.MULTILINE)}
+    fields = {f"KIP_{name.upper()}" for cls in SETTINGS for name in cls.model_fields}
+    assert fields - table == set()
+
+
+def test_no_module_reads_a_kip_variable_itself():
+    readers = [str(p) for p in modules(repo_root()) if READS_ENV.search(p.read_text())]
+    assert readers == []
+
+
+def test_paths_default_to_places_under_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("KIP_HOME", str(tmp_path))
+    assert KipSettings().registry_dir == tmp_path / "registry"
+    assert PipelineSettings().access_file == tmp_path / "access.json"
+    monkeypatch.setenv("KIP_REGISTRY_DIR", "/elsewhere")
+    assert KipSettings().registry_dir == Path("/elsewhere")
+
+
+def test_cli_and_worker_switches_are_settings(monkeypatch):
+    monkeypatch.setenv("KIP_DEBUG", "1")
+    monkeypatch.setenv("KIP_LOG_LEVEL", "INFO")
+    monkeypatch.setenv("KIP_ASSUME_GPU", "1")
+    assert KipSettings().debug and KipSettings().log_level == "INFO"
+    assert WorkerSettings().assume_gpu
+    assert KipSettings().kafka.bootstrap == KipSettings().bootstrap

@@ -1,0 +1,125 @@
+"""Micro-batching in one place: fetch a batch, group it, run it in chunks, isolate poison.
+
+- ``next_batch``: up to ``max_batch`` records within ``max_delay_ms``. The clock starts
+  at the first record; each further fetch waits only for the time left, so a batch never
+  waits longer than ``max_delay_ms`` for company.
+- ``by_class``, ``by_version``: a batch is answered class by class, highest first, and
+  each class's requests run per model version.
+- ``run_group``: a group runs in chunks (standard and batch requests in chunks of
+  ``background_max_batch`` rows: one chunk is the longest an interactive request waits
+  for the device), back to back in the inference thread, so the device goes from one
+  chunk to the next without a round trip through the event loop, which is busy with
+  fetches and commits under load. Deadlines are checked right before each chunk, so a
+  request that expires while earlier chunks run is not inferred. A chunk that fails is
+  run again one request at a time, so only a poison request fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import ConsumerRecord
+
+from schemas.messages import Priority
+
+log = logging.getLogger("kip.worker")
+IDLE_POLL_MS = 200
+P = TypeVar("P")   # whatever the caller pairs with each request
+
+
+async def next_batch(consumer: AIOKafkaConsumer, max_batch: int, max_delay_ms: float,
+                     idle_ms: int = IDLE_POLL_MS) -> list[ConsumerRecord]:
+    """Records for one inference call (empty after ``idle_ms`` with nothing)."""
+    batch = _flatten(await consumer.getmany(timeout_ms=idle_ms, max_records=max_batch))
+    if not batch:
+        return batch
+    deadline = time.monotonic() + max_delay_ms / 1000
+    while len(batch) < max_batch:
+        left_ms = (deadline - time.monotonic()) * 1000
+        if left_ms <= 0:
+            break
+        batch += _flatten(await consumer.getmany(timeout_ms=int(left_ms) or 1,
+                                                 max_records=max_batch - len(batch)))
+    return batch
+
+
+def _flatten(by_partition: dict) -> list[ConsumerRecord]:
+    return [r for records in by_partition.values() for r in records]
+
+
+def by_class(records: Iterable[ConsumerRecord], topic_class: dict[str, Priority]
+             ) -> list[tuple[Priority, list[ConsumerRecord]]]:
+    """Records per class, highest class first."""
+    groups = group_by(records, lambda r: topic_class[r.topic])
+    return sorted(groups.items(), key=lambda item: item[0].rank)
+
+
+def group_by(items: Iterable[P], key: Callable[[P], Hashable]) -> dict[Hashable, list[P]]:
+    """``items`` grouped by ``key``, keeping their order."""
+    groups: dict[Hashable, list[P]] = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
+    return groups
+
+
+@dataclass
+class ChunkRun(Generic[P]):
+    """One chunk's outcome: what ran, what had expired, the outputs or the error."""
+
+    live: list[P]
+    expired: list[P]
+    outputs: list | None = None        # per live request, in order
+    error: Exception | None = None
+    started_ms: float = 0.0
+    finished_ms: float = 0.0
+
+
+def chunked(items: Sequence[P], size: int) -> list[list[P]]:
+    size = max(1, size)
+    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+
+
+def run_chunks(run: Callable[[list[P]], list], chunks: list[list[P]],
+               deadline: Callable[[P], int]) -> list[ChunkRun[P]]:
+    """Run ``run`` on each chunk's live requests in turn, in the calling (inference)
+    thread; an exception is kept in its chunk's outcome, not raised."""
+    outcomes = []
+    for chunk in chunks:
+        started = time.time() * 1000   # the instant checked is the instant stamped
+        live = [p for p in chunk if deadline(p) > started]
+        outcome = ChunkRun(live, [p for p in chunk if deadline(p) <= started])
+        if live:
+            outcome.started_ms = started
+            try:
+                outcome.outputs = run(live)
+            except Exception as exc:   # run_group decides: retry one by one, or poison
+                outcome.error = exc
+            outcome.finished_ms = time.time() * 1000
+        outcomes.append(outcome)
+    return outcomes
+
+
+async def run_group(executor: Executor, run: Callable[[list[P]], list], items: list[P],
+                    chunk: int, deadline: Callable[[P], int]) -> list[ChunkRun[P]]:
+    """Run ``items`` in chunks of ``chunk``, back to back in ``executor``. A chunk that
+    fails with more than one live request is run again one request at a time, so in the
+    outcomes only a poison request keeps its error."""
+    runs = await asyncio.get_running_loop().run_in_executor(
+        executor, run_chunks, run, chunked(items, chunk), deadline)
+    outcomes: list[ChunkRun[P]] = []
+    for outcome in runs:
+        if outcome.error is None or len(outcome.live) <= 1:
+            outcomes.append(outcome)
+            continue
+        log.warning("a chunk of %d failed (%s); retrying one by one", len(outcome.live),
+                    outcome.error)
+        outcomes.append(ChunkRun([], outcome.expired))
+        outcomes += await run_group(executor, run, outcome.live, 1, deadline)
+    return outcomes

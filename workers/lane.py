@@ -1,0 +1,140 @@
+"""A lane: one consumer-group member of a worker, with its inference thread and its
+transactions.
+
+A worker has two lanes: the interactive lane reads ``kip.work.<model>.interactive``;
+the background lane reads the standard and batch topics. Each has its own connection
+and inference thread, so an interactive request never waits behind fetched or running
+batch work; the background thread runs at a lower OS priority.
+
+Delivery: exactly-once for read_committed readers. A batch's outputs leave in one Kafka
+transaction per input partition, together with that partition's next offset
+(topics/transactions.py): a crash, a pause past the session timeout or a rebalance
+either commits all of it or none of it, and a fenced zombie's outputs are never
+visible. Those transactions run as tasks (``committing``) while the next batch's
+inference runs; the previous batch's transactions finish before the next batch's
+start, so each partition's transactions stay in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.structs import ConsumerRecord
+
+from runtime import metrics
+from schemas.messages import AuditRecord, InferenceResult
+from topics.catalogue import MAX_MESSAGE_BYTES
+from topics.outputs import Output, records
+from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
+from workers.batching import group_by
+from workers.settings import WorkerSettings
+
+BACKGROUND_NICE = 10
+
+
+@dataclass
+class Lane:
+    name: str
+    consumer: AIOKafkaConsumer
+    executor: ThreadPoolExecutor
+    transactions: PartitionTransactions
+    busy: asyncio.Lock = field(default_factory=asyncio.Lock)
+    committing: list[asyncio.Task] = field(default_factory=list)
+
+    def commit(self, batch: list[ConsumerRecord], answers: dict[int, list[Output]]) -> None:
+        """Start committing ``batch`` with its outputs, in the background."""
+        self.committing.append(asyncio.create_task(self._commit(batch, answers)))
+
+    async def _commit(self, batch: list[ConsumerRecord], answers: dict[int, list[Output]]
+                      ) -> None:
+        """One transaction per input partition. A partition lost meanwhile is not ours to
+        commit: its new owner answers those records, and we do not count them."""
+        groups = group_by(batch, lambda r: TopicPartition(r.topic, r.partition))
+        done = await asyncio.gather(*(
+            self.transactions.commit(tp, [Entry(r.offset, records(answers[id(r)]))
+                                          for r in rs])
+            for tp, rs in groups.items()))
+        for rs, committed in zip(groups.values(), done):
+            for r in rs if committed else ():
+                _observe(answers[id(r)])
+
+    async def settle(self) -> None:
+        """Wait for the transactions in flight; raise what they raised (a defect: Kafka
+        errors are retried inside them)."""
+        tasks, self.committing = self.committing, []
+        await asyncio.gather(*tasks)
+
+    async def close(self) -> None:
+        """Give the transactions in flight their timeout to finish, then abandon them (a
+        transaction left open is aborted by the broker), and close everything."""
+        tasks, self.committing = self.committing, []
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=self.transactions.timeout_ms / 1000)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await self.consumer.stop()
+        await self.transactions.close()
+        self.executor.shutdown(wait=True)
+
+
+def open_lane(settings: WorkerSettings, model: str, name: str, topics: list[str]) -> Lane:
+    """A lane (its consumer not started) subscribed to ``topics``. ``name`` is
+    "interactive", or "" for the standard/batch lane."""
+    group = settings.names.worker_group(model, name)
+    consumer = settings.kafka.consumer(
+        group_id=group, auto_offset_reset="earliest",
+        session_timeout_ms=settings.session_timeout_ms,
+        heartbeat_interval_ms=settings.session_timeout_ms // 3,
+        max_poll_interval_ms=settings.max_poll_interval_ms,
+        fetch_max_bytes=4 * MAX_MESSAGE_BYTES)
+    transactions = PartitionTransactions(
+        settings.kafka, group, transaction_timeout_ms(settings.session_timeout_ms),
+        owned=lambda tp: tp in consumer.assignment(),
+        any_partition=settings.names.any_partition)
+    executor = (ThreadPoolExecutor(1, thread_name_prefix="kip-infer") if name else
+                ThreadPoolExecutor(1, thread_name_prefix="kip-infer-background",
+                                   initializer=_lower_thread_priority))
+    lane = Lane(name or "background", consumer, executor, transactions)
+    consumer.subscribe(topics, listener=_Revocations(lane))
+    return lane
+
+
+class _Revocations(ConsumerRebalanceListener):
+    """Finish the batch in flight, then drop the revoked partitions' producers."""
+
+    def __init__(self, lane: Lane) -> None:
+        self.lane = lane
+
+    async def on_partitions_revoked(self, revoked) -> None:
+        metrics.PARTITIONS_REVOKED.labels(self.lane.transactions.group_id).inc(len(revoked))
+        async with self.lane.busy:
+            if self.lane.committing:   # their errors are the loop's to raise
+                await asyncio.wait(self.lane.committing)
+            for tp in revoked:
+                await self.lane.transactions.release(tp)
+
+    async def on_partitions_assigned(self, assigned) -> None:
+        pass
+
+
+def _observe(outputs: list[Output]) -> None:
+    """Count a committed request once, by its final audit record, with its latencies."""
+    for output in outputs:
+        if isinstance(output.message, AuditRecord):
+            metrics.count_outcome("worker", output.message)
+        elif isinstance(output.message, InferenceResult):
+            metrics.observe_latency(output.message)
+
+
+def _lower_thread_priority() -> None:
+    """Run this (background inference) thread at a higher nice value where the OS allows."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+    except (AttributeError, OSError):
+        pass
