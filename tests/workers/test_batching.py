@@ -1,9 +1,15 @@
-"""Chunks run back to back in one call; deadlines are checked before each chunk."""
+"""Micro-batching: classes highest first, chunks back to back in one call, deadlines
+checked before each chunk, and a failed chunk retried one request at a time."""
 
+import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
+
+from aiokafka.structs import ConsumerRecord
 
 from schemas.codec import now_ms
-from workers.batching import chunked, run_chunks
+from schemas.messages import Priority
+from workers.batching import by_class, chunked, run_chunks, run_group
 
 
 def test_chunked_keeps_order_and_sizes():
@@ -41,3 +47,36 @@ def test_a_failing_chunk_keeps_its_error_and_the_next_chunk_still_runs():
     runs = run_chunks(run, [["ok", "poison"], ["fine"]], deadline=lambda x: now_ms() + 60_000)
     assert isinstance(runs[0].error, ValueError) and runs[0].outputs is None
     assert runs[1].outputs == ["fine"]
+
+
+def _record(topic: str, offset: int) -> ConsumerRecord:
+    return ConsumerRecord(topic=topic, partition=0, offset=offset, timestamp=0,
+                          timestamp_type=0, key=None, value=b"", checksum=None,
+                          serialized_key_size=0, serialized_value_size=0, headers=())
+
+
+def test_classes_come_highest_first_in_arrival_order():
+    topics = {"w.batch": Priority.BATCH, "w.interactive": Priority.INTERACTIVE,
+              "w.standard": Priority.STANDARD}
+    records = [_record("w.batch", 0), _record("w.standard", 1), _record("w.interactive", 2),
+               _record("w.batch", 3)]
+    grouped = [(p, [r.offset for r in rs]) for p, rs in by_class(records, topics)]
+    assert grouped == [(Priority.INTERACTIVE, [2]), (Priority.STANDARD, [1]),
+                       (Priority.BATCH, [0, 3])]
+
+
+def test_a_failed_chunk_is_retried_one_by_one_so_only_the_poison_fails():
+    def run(live):
+        if "poison" in live:
+            raise ValueError("NaN")
+        return [x.upper() for x in live]
+
+    async def go():
+        with ThreadPoolExecutor(1) as executor:
+            return await run_group(executor, run, ["a", "poison", "b", "c"], 3,
+                                   deadline=lambda x: now_ms() + 60_000)
+    runs = asyncio.run(go())
+    served = [(r.live, r.outputs) for r in runs if r.live and r.error is None]
+    failed = [(r.live, str(r.error)) for r in runs if r.error is not None]
+    assert served == [(["a"], ["A"]), (["b"], ["B"]), (["c"], ["C"])]
+    assert failed == [(["poison"], "NaN")]

@@ -1,0 +1,25 @@
+"""A stage's outputs become records keyed the way readers expect."""
+
+from __future__ import annotations
+
+from schemas.codec import TYPE_HEADER, decode
+from schemas.errors import InvalidRequest
+from schemas.messages import InferenceResult, Status
+from schemas.outcomes import Coordinates, undecodable
+from topics.names import TopicNames
+from topics.outputs import ending, records
+
+NAMES = TopicNames("t")
+
+
+def test_an_ending_is_result_audit_and_dead_letter_each_keyed_for_its_reader():
+    end = undecodable(b'{"request_id": "r-9", "reply_to": "t.results.mine"}',
+                      Coordinates("t.requests.batch", 1, 7), InvalidRequest("bad"),
+                      stage="pipeline", status=Status.REJECTED, now_ms=5)
+    assert end.reply_to == "t.results.mine"   # read off the payload, not yet trusted
+    out = records(ending(NAMES, NAMES.results, end.result, end.audit, end.deadletter))
+    assert [(r.topic, r.key) for r in out] == [
+        ("t.results", b"r-9"), ("t.audit", b"r-9"), ("t.deadletter", b"t.requests.batch")]
+    assert decode(InferenceResult, out[0].value).error.code == "INVALID_REQUEST"
+    assert [dict(r.headers)[TYPE_HEADER] for r in out] == [
+        b"inference-result", b"audit-record", b"dead-letter"]
