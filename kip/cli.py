@@ -23,7 +23,8 @@ COMMANDS_GROUP = "kip.commands"
 
 def main(argv: list[str] | None = None) -> int:
     settings = KipSettings()
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser(argv).parse_args(argv)
     logging.basicConfig(level=settings.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -54,13 +55,17 @@ def _profiled(args, folder: Path) -> int:
         profile.dump_stats(path)
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(argv: list[str] = ()) -> argparse.ArgumentParser:
+    """kip's own commands, and the plugins' unless ``argv`` names one of kip's own: a
+    pipeline or a worker process never imports the developer tools."""
     p = argparse.ArgumentParser(prog="kip", description="Kafka Inference Pipeline")
     sub = p.add_subparsers(required=True, metavar="COMMAND")
     _add_operator_commands(sub)
     _add_process_commands(sub)
-    for plugin in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
-        plugin.load()(sub)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command not in sub.choices:
+        for plugin in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+            plugin.load()(sub)
     return p
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 from pipeline.access import AccessConfig
+from topics.catalogue import MAX_MESSAGE_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = Path(__file__).resolve().parent / "compose-spec.json"   # copy of shared/compose
@@ -35,3 +36,9 @@ def test_a_broken_compose_file_is_caught(tmp_path):
         [sys.executable, "-m", "check_jsonschema", "--schemafile", str(SCHEMA), str(bad)],
         capture_output=True, text=True)
     assert done.returncode != 0
+
+
+def test_the_compose_broker_takes_the_largest_record_the_catalogue_allows():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    kafka = compose["services"]["kafka"]["environment"]
+    assert int(kafka["KAFKA_MESSAGE_MAX_BYTES"]) == MAX_MESSAGE_BYTES
