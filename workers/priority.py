@@ -12,8 +12,7 @@ import time
 
 from aiokafka import AIOKafkaConsumer
 
-from schemas.messages import Priority
-from topics.names import PRIORITIES
+from schemas.messages import PRIORITIES, Priority
 
 
 def classes_to_pause(backlog: dict[Priority, int], waiting_since_ms: dict[Priority, float],
@@ -22,7 +21,7 @@ def classes_to_pause(backlog: dict[Priority, int], waiting_since_ms: dict[Priori
     busy = [p for p in PRIORITIES if backlog.get(p, 0) > 0]
     if not busy:
         return set()
-    below = set(PRIORITIES[PRIORITIES.index(busy[0]) + 1:])
+    below = set(busy[0].below())
     aged = {p for p in below
             if p in waiting_since_ms and now_ms - waiting_since_ms[p] >= max_wait_ms}
     return below - aged

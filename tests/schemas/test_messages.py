@@ -4,6 +4,7 @@ import pytest
 from schemas import (InferenceRequest, InferenceResult, InvalidRequest, Status, Tensor,
                      Timings, decode, encode, error_for_code, headers)
 from schemas.errors import ERROR_CODES, DeadlineExceeded, Internal
+from schemas.messages import PRIORITIES, Priority
 
 
 def _request(**over) -> dict:
@@ -49,3 +50,11 @@ def test_error_codes_are_stable_and_mapped_back():
             "DEADLINE_EXCEEDED", "INTERNAL"} <= set(ERROR_CODES)
     assert error_for_code("DEADLINE_EXCEEDED") is DeadlineExceeded
     assert error_for_code("NO_SUCH_CODE") is Internal
+
+
+def test_classes_are_ordered_once_highest_first():
+    assert PRIORITIES == (Priority.INTERACTIVE, Priority.STANDARD, Priority.BATCH)
+    assert [p.rank for p in PRIORITIES] == [0, 1, 2]
+    assert Priority.STANDARD.and_above() == (Priority.INTERACTIVE, Priority.STANDARD)
+    assert Priority.INTERACTIVE.below() == (Priority.STANDARD, Priority.BATCH)
+    assert Priority.BATCH.below() == ()
