@@ -16,13 +16,19 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from runtime.settings import KipSettings
 
 COMMANDS_GROUP = "kip.commands"
 
 
 def main(argv: list[str] | None = None) -> int:
-    settings = KipSettings()
+    try:
+        settings = KipSettings()
+    except ValidationError as err:
+        print(f"kip: error: {bad_settings(err)}", file=sys.stderr)
+        return 2
     argv = sys.argv[1:] if argv is None else argv
     args = parser(argv).parse_args(argv)
     logging.basicConfig(level=settings.log_level,
@@ -41,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
             print("kip: is the broker running? Start one with `kip kafka start`, or point "
                   "KIP_BOOTSTRAP at yours.", file=sys.stderr)
         return 1
+
+
+def bad_settings(err: ValidationError) -> str:
+    """One line naming each ``KIP_`` variable that does not parse, and why."""
+    problems = [f"KIP_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}"
+                for e in err.errors(include_url=False)]
+    return "; ".join(problems)
 
 
 def _profiled(args, folder: Path) -> int:

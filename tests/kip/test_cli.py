@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from kip.cli import parser
+from kip.cli import main, parser
 
 
 def _subcommands(argv: list[str]) -> set[str]:
@@ -32,3 +32,10 @@ def test_an_unknown_command_is_refused_with_the_list(capsys):
     with pytest.raises(SystemExit) as exit_:
         parser(["nonsense"]).parse_args(["nonsense"])
     assert exit_.value.code == 2 and "faults" in capsys.readouterr().err
+
+
+def test_a_bad_setting_is_one_line_naming_the_variable(monkeypatch, capsys):
+    monkeypatch.setenv("KIP_LOG_LEVEL", "loud")
+    assert main(["topics", "list"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kip: error: KIP_LOG_LEVEL: Input should be") and err.count("\n") == 1
