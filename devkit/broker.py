@@ -17,6 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
+from devkit.secured import ADMIN, CLIENT_MECHANISM, Security
 from devkit.settings import DevSettings
 from topics.catalogue import MAX_MESSAGE_BYTES
 from topics.clients import KafkaConnection
@@ -107,24 +108,48 @@ def free_port() -> int:
 
 
 class LocalBroker:
-    """One KRaft broker+controller process whose state lives in ``data_dir``."""
+    """One KRaft broker+controller process whose state lives in ``data_dir``.
+
+    ``secure``: SASL_SSL on ``port``, mTLS on ``mtls_port``, the StandardAuthorizer, and
+    a SCRAM user for each of ``users`` (and ``admin``) created when storage is formatted
+    (devkit/secured.py); ``kafka`` then connects as ``admin``, ``client(user)`` as another.
+    """
 
     def __init__(self, data_dir: str | os.PathLike, port: int = 9092,
-                 controller_port: int | None = None) -> None:
+                 controller_port: int | None = None, *, secure: bool = False,
+                 users: list[str] = (), mtls_port: int | None = None) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port
         self.controller_port = controller_port or port + 1
+        self.mtls_port = mtls_port or port + 2
         self.pid_file = self.data_dir / "broker.pid"
         self._proc: subprocess.Popen | None = None
         self.log_file = self.data_dir / "broker.log"
+        self.security = Security(self.data_dir / "security", list(users)) if secure else None
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def mtls_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.mtls_port}"
+
+    @property
     def kafka(self) -> KafkaConnection:
-        return KafkaConnection(bootstrap=self.bootstrap)
+        """The connection of an operator who may do everything (``admin`` when secure)."""
+        return self.client(ADMIN) if self.security else KafkaConnection(bootstrap=self.bootstrap)
+
+    def client(self, user: str, *, mtls: bool = False, mechanism: str = CLIENT_MECHANISM
+               ) -> KafkaConnection:
+        """How ``user`` connects to this secured broker: SCRAM over TLS, or mTLS."""
+        if mtls:
+            return KafkaConnection(**self.security.mtls_client(user, self.mtls_bootstrap))
+        return KafkaConnection(**self.security.client(user, self.bootstrap, mechanism))
+
+    def client_config(self, user: str) -> Path:
+        """The client config file of ``user`` (for ``KIP_KAFKA_CONFIG``)."""
+        return self.data_dir / "security" / "clients" / f"{user}.json"
 
     def start(self, timeout_s: float = 60.0, log=print) -> None:
         """Start the broker unless it runs already; return when it accepts clients."""
@@ -149,6 +174,10 @@ class LocalBroker:
         self._wait_ready(proc, timeout_s)
         log(f"kafka broker {KAFKA_VERSION} ready on {self.bootstrap} "
             f"in {time.monotonic() - started:.1f}s (pid {proc.pid}, log {self.log_file})")
+        if self.security:
+            folder = self.security.write_client_configs(self.bootstrap)
+            log(f"secured: SASL_SSL on {self.bootstrap}, mTLS on {self.mtls_bootstrap}; "
+                f"client configs in {folder} (export KIP_KAFKA_CONFIG={folder}/admin.json)")
 
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Stop the broker if it runs (SIGTERM, then SIGKILL); True if one was stopped."""
@@ -189,11 +218,8 @@ class LocalBroker:
             "process.roles=broker,controller",
             "node.id=1",
             f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
             "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "inter.broker.listener.name=PLAINTEXT",
+            *self._listeners(),
             f"log.dirs={self.data_dir / 'logs'}",
             # single node: internal topics cannot have more replicas than brokers
             "offsets.topic.replication.factor=1",
@@ -209,11 +235,23 @@ class LocalBroker:
             "num.network.threads=2",
             "num.io.threads=4",
         ]) + "\n")
+        props.chmod(0o600)   # a secured broker's holds passwords
         return props
+
+    def _listeners(self) -> list[str]:
+        if self.security:
+            return self.security.server_properties(self.port, self.mtls_port,
+                                                   self.controller_port)
+        return [f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+                f"CONTROLLER://127.0.0.1:{self.controller_port}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "inter.broker.listener.name=PLAINTEXT"]
 
     def _format(self, java: str, classpath: str, props: Path) -> None:
         cmd = [java, "-cp", classpath, "kafka.tools.StorageTool", "format",
-               "-t", uuid.uuid4().hex[:22], "-c", str(props), "--ignore-formatted"]
+               "-t", uuid.uuid4().hex[:22], "-c", str(props), "--ignore-formatted",
+               *(self.security.format_args() if self.security else [])]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise BrokerError(f"formatting KRaft storage failed:\n{done.stdout}{done.stderr}")

@@ -94,6 +94,14 @@ def _add_operator_commands(sub) -> None:
     models.add_argument("--force", action="store_true", help="rebuild even if present")
     models.set_defaults(func=_models)
 
+    acls = sub.add_parser("acls", help="least-privilege Kafka ACLs for every kip role, from "
+                          "the topic catalogue and the access file")
+    acls.add_argument("action", choices=["plan", "apply"])
+    acls.add_argument("--models", default="minilm,digits", help="comma-separated names")
+    acls.add_argument("--prune", action="store_true",
+                      help="delete grants of kip's principals that the plan does not have")
+    acls.set_defaults(func=_acls)
+
     schemas = sub.add_parser("schemas", help="the wire contract as JSON Schema")
     schemas.add_argument("action", choices=["export"])
     schemas.add_argument("--out", type=Path, default=Path("docs/schemas"))
@@ -135,7 +143,8 @@ def _topics(args) -> int:
     from topics.catalogue import catalogue
 
     settings = KipSettings()
-    specs = catalogue(settings.names, args.models.split(","), args.partitions)
+    specs = catalogue(settings.names, args.models.split(","), args.partitions,
+                      list(_tenant_classes()))
     if args.action == "list":
         for s in specs:
             print(f"{s.name:40} partitions={s.partitions} key={s.key:12} {s.purpose}")
@@ -143,6 +152,33 @@ def _topics(args) -> int:
     report = asyncio.run(apply(settings.kafka, specs))
     print("\n".join(report.lines()))
     return 2 if report.drift else 0
+
+
+def _acls(args) -> int:
+    from topics.acl_admin import apply
+    from topics.acls import plan
+
+    settings = KipSettings()
+    wanted = plan(settings.names, args.models.split(","), _tenant_classes())
+    if args.action == "plan":
+        print("\n".join(acl.line() for acl in sorted(wanted)))
+        return 0
+    report = asyncio.run(apply(settings.kafka, wanted, prune=args.prune))
+    print("\n".join(report.lines()))
+    print(f"{len(report.created)} created, {len(report.unchanged)} unchanged, "
+          f"{len(report.drift)} drifted, {len(report.removed)} removed")
+    return 2 if report.drift else 0
+
+
+def _tenant_classes() -> dict:
+    """Each tenant of the access file with the classes it may send (none without a file)."""
+    from pipeline.access import AccessConfig
+    from pipeline.settings import PipelineSettings
+
+    path = PipelineSettings().access_file
+    if not path.exists():
+        return {}
+    return {t: p.priorities for t, p in AccessConfig.from_file(path).tenants.items()}
 
 
 def _models(args) -> int:

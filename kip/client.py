@@ -14,6 +14,7 @@ import asyncio
 import os
 import uuid
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -33,11 +34,16 @@ Inputs = list[Tensor] | Mapping[str, np.ndarray | list[str]]
 class KipClient:
     def __init__(self, bootstrap: str, *, tenant: str, key_id: str, secret: bytes | str,
                  topic_prefix: str = "kip", reply_to: str | None = None,
-                 bulk_linger_ms: int = 20) -> None:
+                 bulk_linger_ms: int = 20, **kafka: Any) -> None:
         """``bulk_linger_ms``: how long a standard or batch request may wait to share a
         produce request with the ones after it. Fewer, larger produce requests cost the
-        broker much less; interactive requests go through a producer that does not wait."""
-        self.kafka = KafkaConnection(bootstrap=bootstrap)
+        broker much less; interactive requests go through a producer that does not wait.
+
+        ``kafka``: how to reach a secured cluster, as ``KafkaConnection``'s fields
+        (``security_protocol``, ``ssl_cafile``, ``ssl_certfile``, ``ssl_keyfile``,
+        ``sasl_mechanism``, ``sasl_username``, ``sasl_password``, ...), the options the
+        ``KIP_KAFKA_`` variables set for kip's own processes."""
+        self.kafka = KafkaConnection(bootstrap=bootstrap, **kafka)
         self.bulk_linger_ms = bulk_linger_ms
         self.tenant, self.key_id = tenant, key_id
         self._secret = secret.encode() if isinstance(secret, str) else secret

@@ -7,13 +7,14 @@ and a row of the README's configuration table.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from topics.clients import KafkaConnection
+from topics.clients import KafkaConnection, SaslMechanism, SecurityProtocol
 from topics.names import TopicNames
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
@@ -47,5 +48,35 @@ class KipSettings(BaseSettings):
 
     @property
     def kafka(self) -> KafkaConnection:
-        """How every client of this process reaches Kafka."""
-        return KafkaConnection(bootstrap=self.bootstrap)
+        """How every client of this process reaches Kafka: ``KafkaSettings`` (a client
+        config file, then ``KIP_KAFKA_`` variables), with ``KIP_BOOTSTRAP`` where set."""
+        explicit = {"bootstrap": self.bootstrap} if "bootstrap" in self.model_fields_set else {}
+        return KafkaSettings().connection({"bootstrap": self.bootstrap}, explicit)
+
+
+class KafkaSettings(BaseSettings):
+    """Kafka security, env prefix ``KIP_KAFKA_``. A client config file
+    (``KIP_KAFKA_CONFIG``: JSON with these fields and ``bootstrap``, as ``kip kafka start
+    --secure`` writes one per role) comes first; variables set here override it."""
+
+    model_config = SettingsConfigDict(env_prefix="KIP_KAFKA_", extra="ignore")
+
+    config: Path | None = Field(None, description="client config file (JSON) to start from")
+    security_protocol: SecurityProtocol | None = Field(
+        None, description="PLAINTEXT (default), SSL, SASL_SSL or SASL_PLAINTEXT")
+    ssl_cafile: Path | None = Field(None, description="PEM CA of the brokers' certificates")
+    ssl_certfile: Path | None = Field(None, description="PEM client certificate (mTLS)")
+    ssl_keyfile: Path | None = Field(None, description="PEM key of the client certificate")
+    ssl_key_password: SecretStr | None = Field(None, description="password of ssl_keyfile")
+    sasl_mechanism: SaslMechanism | None = Field(
+        None, description="SCRAM-SHA-512, SCRAM-SHA-256, PLAIN (TLS only) or OAUTHBEARER")
+    sasl_username: str | None = Field(None, description="SCRAM or PLAIN user")
+    sasl_password: SecretStr | None = Field(None, description="SCRAM or PLAIN password")
+    sasl_oauth_token_file: Path | None = Field(None, description="OAUTHBEARER token file")
+
+    def connection(self, defaults: dict, overrides: dict) -> KafkaConnection:
+        """``defaults``, then the config file, then the variables set, then ``overrides``."""
+        from_file = json.loads(self.config.read_text()) if self.config else {}
+        given = {name: getattr(self, name) for name in self.model_fields_set
+                 if name != "config"}
+        return KafkaConnection(**(defaults | from_file | given | overrides))

@@ -29,6 +29,26 @@ def broker(tmp_path_factory) -> LocalBroker:
         b.stop()
 
 
+# Every principal the secured tests use: kip's roles and a few tenants.
+SECURE_USERS = ["pipeline", "operator", "audit-reader", "worker-digits", "worker-minilm",
+                "tenant-acme", "tenant-bob", "tenant-limited", "tenant-greedy",
+                "tenant-modest", "tenant-restart", "tenant-demo"]
+
+
+@pytest.fixture(scope="session")
+def secure_broker(tmp_path_factory) -> LocalBroker:
+    """A broker that trusts no one: SASL_SSL and mTLS listeners, the StandardAuthorizer,
+    nothing allowed without an ACL; ``admin`` is its super user."""
+    b = LocalBroker(tmp_path_factory.mktemp("kafka-secure"), port=free_port(),
+                    controller_port=free_port(), mtls_port=free_port(), secure=True,
+                    users=SECURE_USERS)
+    b.start(log=lambda *_: None)
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
 @pytest.fixture(scope="session")
 def registry(tmp_path_factory) -> Registry:
     reg = Registry(tmp_path_factory.mktemp("registry"))

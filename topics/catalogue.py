@@ -31,8 +31,10 @@ def _compact() -> dict[str, str]:
     return {"cleanup.policy": "compact", "min.insync.replicas": "1"}
 
 
-def catalogue(names: TopicNames, models: list[str], partitions: int = 3) -> list[TopicSpec]:
-    """The full topic list for a deployment serving ``models``."""
+def catalogue(names: TopicNames, models: list[str], partitions: int = 3,
+              tenants: list[str] = ()) -> list[TopicSpec]:
+    """The full topic list for a deployment serving ``models`` to ``tenants`` (each gets
+    a reply topic of its own, where its results go by default)."""
     specs = [TopicSpec(names.requests(p), partitions, "tenant",
                        f"inference requests of class {p.value}", _delete(DAY_MS))
              for p in PRIORITIES]
@@ -52,6 +54,8 @@ def catalogue(names: TopicNames, models: list[str], partitions: int = 3) -> list
         TopicSpec(names.quota_levels, 1, "tenant",
                   "token-bucket levels, so quotas survive a pipeline restart", _compact()),
     ]
+    specs += [reply_topic(names, tenant, partitions, f"results of tenant {tenant} (its own)")
+              for tenant in tenants]
     return specs
 
 

@@ -24,6 +24,10 @@ class TopicNames:
     def results(self) -> str:
         return f"{self.prefix}.results"
 
+    def reply_topic(self, tenant: str) -> str:
+        """A tenant's own reply topic: its results by default, readable by it alone."""
+        return f"{self.results}.{tenant}"
+
     @property
     def audit(self) -> str:
         return f"{self.prefix}.audit"

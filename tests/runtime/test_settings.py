@@ -9,18 +9,19 @@ from pathlib import Path
 from devkit.layers import modules
 from devkit.settings import DevSettings
 from pipeline.settings import PipelineSettings
-from runtime.settings import KipSettings
+from runtime.settings import KafkaSettings, KipSettings
 from tests.conftest import repo_root
 from workers.settings import WorkerSettings
 
-SETTINGS = (KipSettings, PipelineSettings, WorkerSettings, DevSettings)
+SETTINGS = (KipSettings, PipelineSettings, WorkerSettings, DevSettings, KafkaSettings)
 READS_ENV = re.compile(r"""(environ\.get\(|environ\[|getenv\()\s*["']KIP_""")
 
 
 def test_every_settings_field_is_in_the_readme_table():
     readme = (repo_root() / "README.md").read_text()
     table = {m.group(1) for m in re.finditer(r"^\| `(KIP_[A-Z_]+)`", readme, re.MULTILINE)}
-    fields = {f"KIP_{name.upper()}" for cls in SETTINGS for name in cls.model_fields}
+    fields = {f"{cls.model_config['env_prefix']}{name.upper()}" for cls in SETTINGS
+              for name in cls.model_fields}
     assert fields - table == set()
 
 
@@ -44,3 +45,18 @@ def test_cli_and_worker_switches_are_settings(monkeypatch):
     assert KipSettings().debug and KipSettings().log_level == "INFO"
     assert WorkerSettings().assume_gpu
     assert KipSettings().kafka.bootstrap == KipSettings().bootstrap
+
+
+def test_kafka_security_comes_from_the_config_file_then_the_variables(monkeypatch, tmp_path):
+    config = tmp_path / "pipeline.json"
+    config.write_text('{"bootstrap": "broker:9093", "security_protocol": "SASL_SSL", '
+                      '"sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "pipeline", '
+                      '"sasl_password": "from-file"}')
+    monkeypatch.setenv("KIP_KAFKA_CONFIG", str(config))
+    monkeypatch.setenv("KIP_KAFKA_SASL_PASSWORD", "from-env")
+    kafka = KipSettings().kafka
+    assert (kafka.bootstrap, kafka.sasl_username) == ("broker:9093", "pipeline")
+    assert kafka.sasl_password.get_secret_value() == "from-env"
+    assert "from-env" not in repr(kafka) and "from-env" not in str(KafkaSettings())
+    monkeypatch.setenv("KIP_BOOTSTRAP", "elsewhere:9093")
+    assert KipSettings().kafka.bootstrap == "elsewhere:9093"

@@ -28,7 +28,8 @@ def test_producers_and_consumers_get_the_safe_defaults(monkeypatch):
     kafka.consumer("t", group_id=None)
     kafka.admin(client_id="x")
     _, producer = built["AIOKafkaProducer"]
-    assert producer == {"bootstrap_servers": "127.0.0.1:1", "acks": "all",
+    assert producer == {"bootstrap_servers": "127.0.0.1:1", "security_protocol": "PLAINTEXT",
+                        "acks": "all",
                         "enable_idempotence": True, "max_request_size": MAX_MESSAGE_BYTES,
                         "linger_ms": 20}
     topics, consumer = built["AIOKafkaConsumer"]
@@ -36,6 +37,7 @@ def test_producers_and_consumers_get_the_safe_defaults(monkeypatch):
     assert consumer["enable_auto_commit"] is False and consumer["group_id"] is None
     assert consumer["max_partition_fetch_bytes"] > MAX_MESSAGE_BYTES
     assert built["AIOKafkaAdminClient"][1] == {"bootstrap_servers": "127.0.0.1:1",
+                                               "security_protocol": "PLAINTEXT",
                                                "client_id": "x"}
     assert kafka.faust_broker() == {"broker": "kafka://127.0.0.1:1"}
 
