@@ -130,7 +130,7 @@ async def _stack(registry: Path, threads: int, background: int, split: bool, pin
                   "KIP_INTRA_OP_THREADS": str(threads),
                   "KIP_BACKGROUND_MAX_BATCH": str(background)}
     async with own_stack("load", registry, worker_env, split) as stack:
-        batch_reply = await _reply_topic(stack, "batch-load")
+        batch_reply = await _reply_topic(stack, f"{dev_spec(stack).tenant}.batch-load")
         stack.start_services()
         if pin:
             _pin_processes(stack, stack.broker)

@@ -11,18 +11,28 @@ from devkit import bench_load, bench_throughput, faults
 from devkit.settings import DevSettings
 
 
+SECURE_HELP = ("SASL_SSL (SCRAM) on --port and mTLS on the port after the controller's, "
+               "the authorizer denying what no ACL allows; a SCRAM user per role and a "
+               "client config per user in the broker's folder")
+
+
 def add_commands(sub) -> None:
     home = DevSettings().home
     kafka = sub.add_parser("kafka", help="a local single-node Kafka broker (KRaft)")
     kafka.add_argument("action", choices=["start", "stop", "status"])
     kafka.add_argument("--dir", type=Path, default=home / "kafka")
     kafka.add_argument("--port", type=int, default=9092)
+    kafka.add_argument("--secure", action="store_true", help=SECURE_HELP)
     kafka.set_defaults(func=_kafka)
 
     up = sub.add_parser("up", help="broker + topics + models + pipeline + workers")
     up.add_argument("--demo", action="store_true", help="run the demo, then stop everything")
+    up.add_argument("--secure", action="store_true", help=SECURE_HELP + "; ACLs applied, "
+                    "every process connects as its own role")
     up.set_defaults(func=_up)
-    sub.add_parser("demo", help="send demo traffic to a running kip").set_defaults(func=_demo)
+    demo = sub.add_parser("demo", help="send demo traffic to a running kip")
+    demo.add_argument("--secure", action="store_true", help="the running kip is secured")
+    demo.set_defaults(func=_demo)
 
     bench = sub.add_parser("bench", help="benchmarks that start a kip of their own")
     benches = bench.add_subparsers(required=True, metavar="BENCH")
@@ -42,8 +52,10 @@ def add_commands(sub) -> None:
 
 def _kafka(args) -> int:
     from devkit.broker import LocalBroker
+    from devkit.stack import DevStack
 
-    broker = LocalBroker(args.dir, port=args.port)
+    users = DevStack().roles() if args.secure else []
+    broker = LocalBroker(args.dir, port=args.port, secure=args.secure, users=users)
     if args.action == "start":
         broker.start()
     elif args.action == "stop":
@@ -57,7 +69,7 @@ def _kafka(args) -> int:
 def _up(args) -> int:
     from devkit.stack import DevStack
 
-    stack = DevStack()
+    stack = DevStack(secure=args.secure)
     stack.prepare()
     stack.start_services()
     try:
@@ -75,7 +87,7 @@ def _up(args) -> int:
 
 def _demo(args) -> int:
     from devkit.stack import DevStack
-    return _demo_against(DevStack())
+    return _demo_against(DevStack(secure=args.secure))
 
 
 def _demo_against(stack) -> int:

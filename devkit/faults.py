@@ -123,7 +123,7 @@ async def _run(plan: FaultPlan, stack: DevStack, broker: LocalBroker, supervisor
     async with dev_client(stack) as client:
         log("warming up: one request through pipeline and workers ...")
         await client.infer(MODEL, {"pixels": np.zeros((1, 64), np.float32)}, timeout_s=180)
-        tally = Tally(stack.kafka, stack.names)
+        tally = Tally(stack.kafka, stack.names, [client.tenant])
         await tally.start()
         try:
             started = time.monotonic()

@@ -19,11 +19,14 @@ from topics.reading import assign_all, reached
 
 
 class Tally:
-    """Reads results, audit and dead-letter topics from the beginning, incrementally."""
+    """Reads results (the shared topic and ``tenants``' own), audit and dead-letter topics
+    from the beginning, incrementally."""
 
-    def __init__(self, kafka: KafkaConnection, names: TopicNames) -> None:
+    def __init__(self, kafka: KafkaConnection, names: TopicNames,
+                 tenants: list[str] = ()) -> None:
         self.kafka = kafka
         self.names = names
+        self.result_topics = [names.results] + [names.reply_topic(t) for t in tenants]
         self.results: dict[str, list[InferenceResult]] = defaultdict(list)
         self.final_audit: dict[str, int] = Counter()
         self.audited: set[str] = set()
@@ -35,7 +38,7 @@ class Tally:
         self._consumer = self.kafka.consumer(group_id=None, auto_offset_reset="earliest")
         await self._consumer.start()
         tps = []
-        for topic in (self.names.results, self.names.audit, self.names.deadletter):
+        for topic in (*self.result_topics, self.names.audit, self.names.deadletter):
             tps += await assign_all(self._consumer, topic)
         self._consumer.assign(tps)
         await self._consumer.seek_to_beginning(*tps)
@@ -54,7 +57,7 @@ class Tally:
 
     def _count(self, topic: str, value: bytes) -> None:
         try:
-            if topic == self.names.results:
+            if topic in self.result_topics:
                 result = decode(InferenceResult, value)
                 self.results[result.request_id].append(result)
             elif topic == self.names.audit:

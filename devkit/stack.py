@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from devkit.broker import LocalBroker, free_port
@@ -27,6 +28,8 @@ from models.export.reference import build_reference
 from models.registry import Registry
 from pipeline.access import AccessConfig, ApiKey, TenantPolicy
 from runtime.settings import KipSettings
+from topics.acl_admin import apply as apply_acls
+from topics.acls import plan
 from topics.admin import apply
 from topics.catalogue import catalogue
 from topics.clients import KafkaConnection
@@ -52,7 +55,12 @@ def ensure_dev_access(path: Path) -> AccessConfig:
 @dataclass
 class DevStack:
     """A kip on one machine. With ``bootstrap`` set it uses that cluster instead of
-    starting a local broker (the tests and benchmarks bring their own)."""
+    starting a local broker (the tests and benchmarks bring their own).
+
+    ``secure`` (or an ``own_broker`` that is secured): SASL_SSL, mTLS and the authorizer;
+    the ACLs of ``kip acls apply`` are applied, and every process connects as its own
+    role (pipeline, worker-<model>, tenant-demo) with the client config of that user.
+    """
 
     home: Path = field(default_factory=lambda: KipSettings().home)
     port: int = 9092
@@ -63,12 +71,29 @@ class DevStack:
     worker_env: dict[str, str] = field(default_factory=dict)
     split_pipeline: bool = False   # one pipeline for interactive, one (niced) for the rest
     own_broker: LocalBroker | None = None   # the broker ``own_stack`` started
+    secure: bool = False
     procs: list[subprocess.Popen] = field(default_factory=list)
     logs: dict[int, Path] = field(default_factory=dict)   # pid -> its log file
 
-    @property
+    @cached_property
     def broker(self) -> LocalBroker:
-        return self.own_broker or LocalBroker(self.home / "kafka", port=self.port)
+        if self.own_broker is not None:
+            return self.own_broker
+        return LocalBroker(self.home / "kafka", port=self.port, secure=self.secure,
+                           users=self.roles())
+
+    @property
+    def secured(self) -> LocalBroker | None:
+        """The broker, when this stack runs a secured one of its own."""
+        if self.bootstrap_servers is not None and self.own_broker is None:
+            return None
+        return self.broker if self.broker.security else None
+
+    def roles(self) -> list[str]:
+        """The users of every role this stack runs or serves."""
+        tenants = ensure_dev_access(self.access_file).tenants
+        return (["pipeline", "operator", "audit-reader"]
+                + [f"worker-{m}" for m in REFERENCE_MODELS] + [f"tenant-{t}" for t in tenants])
 
     @property
     def bootstrap(self) -> str:
@@ -80,7 +105,9 @@ class DevStack:
 
     @property
     def kafka(self) -> KafkaConnection:
-        return KafkaConnection(bootstrap=self.bootstrap)
+        """The administrator's connection (topics, ACLs)."""
+        secured = self.secured
+        return secured.kafka if secured else KafkaConnection(bootstrap=self.bootstrap)
 
     @property
     def registry(self) -> Registry:
@@ -101,13 +128,19 @@ class DevStack:
         """Broker running, topics applied, reference models built, access file present."""
         if self.bootstrap_servers is None:
             self.broker.start(log=log)
-        report = asyncio.run(apply(self.kafka, catalogue(self.names, REFERENCE_MODELS)))
+        tenants = ensure_dev_access(self.access_file).tenants
+        report = asyncio.run(apply(self.kafka, catalogue(self.names, REFERENCE_MODELS,
+                                                         tenants=list(tenants))))
         log(f"topics: {len(report.created)} created, {len(report.unchanged)} unchanged, "
             f"{len(report.drift)} drifted")
         for line in report.drift:
             log(f"  DRIFT {line}")
+        if self.secured:
+            wanted = plan(self.names, REFERENCE_MODELS,
+                          {t: policy.priorities for t, policy in tenants.items()})
+            acls = asyncio.run(apply_acls(self.kafka, self.names, wanted))
+            log(f"acls: {len(acls.created)} created, {len(acls.unchanged)} unchanged")
         build_reference(self.registry, log)
-        ensure_dev_access(self.access_file)
 
     def start_services(self, log=print) -> None:
         """The pipeline and one worker per reference model, as child processes."""
@@ -122,7 +155,8 @@ class DevStack:
 
     def spawn(self, args: list[str], metrics_port: int = 0, log=print) -> subprocess.Popen:
         """Start one ``kip`` subcommand as a child process logging to ``home``."""
-        env = self.env() | self.worker_env | {"KIP_METRICS_PORT": str(metrics_port)}
+        env = (self.env() | self.worker_env | self._credentials(args)
+               | {"KIP_METRICS_PORT": str(metrics_port)})
         logfile = self.home / ("-".join(a for a in args if not a.startswith("--")) + ".log")
         with open(logfile, "ab") as out:
             proc = subprocess.Popen([sys.executable, "-m", "kip.cli", *args], env=env,
@@ -131,6 +165,14 @@ class DevStack:
         log(f"started kip {' '.join(args)} (pid {proc.pid}, metrics on :{metrics_port}, "
             f"log {logfile})")
         return proc
+
+    def _credentials(self, args: list[str]) -> dict[str, str]:
+        """On a secured stack, the client config of the role ``args`` run as."""
+        if self.secured is None:
+            return {}
+        role = (f"worker-{args[args.index('--model') + 1]}" if args[0] == "worker"
+                else args[0])
+        return {"KIP_KAFKA_CONFIG": str(self.secured.client_config(role))}
 
     def restart(self, index: int, timeout_s: float = 20.0) -> float:
         """Stop service ``index`` (0: the pipeline) with SIGTERM and start it again;
@@ -166,19 +208,28 @@ class ClientSpec:
     secret: str
     topic_prefix: str
     reply_to: str | None = None
+    kafka: dict = field(default_factory=dict)   # security options (KafkaConnection's)
 
     def client(self) -> KipClient:
         """A client (not started)."""
         return KipClient(self.bootstrap, tenant=self.tenant, key_id=self.key_id,
                          secret=self.secret, topic_prefix=self.topic_prefix,
-                         reply_to=self.reply_to)
+                         reply_to=self.reply_to, **self.kafka)
 
 
 def dev_spec(stack: DevStack, reply_to: str | None = None) -> ClientSpec:
     """The demo tenant's client, with the key from the stack's access file."""
     key = ensure_dev_access(stack.access_file).keys[DEV_KEY_ID]
     return ClientSpec(stack.bootstrap, key.tenant, DEV_KEY_ID, key.secret.get_secret_value(),
-                      stack.prefix, reply_to)
+                      stack.prefix, reply_to, tenant_credentials(stack, key.tenant))
+
+
+def tenant_credentials(stack: DevStack, tenant: str) -> dict:
+    """How ``tenant``'s producer connects: its own SCRAM user on a secured stack."""
+    if stack.secured is None:
+        return {}
+    options = stack.secured.security.client(f"tenant-{tenant}", stack.bootstrap)
+    return {k: v for k, v in options.items() if k != "bootstrap"}
 
 
 def dev_client(stack: DevStack, reply_to: str | None = None) -> KipClient:

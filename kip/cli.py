@@ -163,7 +163,7 @@ def _acls(args) -> int:
     if args.action == "plan":
         print("\n".join(acl.line() for acl in sorted(wanted)))
         return 0
-    report = asyncio.run(apply(settings.kafka, wanted, prune=args.prune))
+    report = asyncio.run(apply(settings.kafka, settings.names, wanted, prune=args.prune))
     print("\n".join(report.lines()))
     print(f"{len(report.created)} created, {len(report.unchanged)} unchanged, "
           f"{len(report.drift)} drifted, {len(report.removed)} removed")

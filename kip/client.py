@@ -4,7 +4,9 @@
         result = await kip.infer("minilm", {"text": ["A man is eating food."]})
 
 Results are read (read_committed) from the reply topic from the moment the client
-starts; each is matched to the pending request with the same ``request_id``. If that
+starts: ``reply_to`` if given, else the tenant's own reply topic (``<results>.<tenant>``,
+readable by that tenant alone on a secured cluster) where it exists, else the shared
+one. Each is matched to the pending request with the same ``request_id``. If that
 reader dies, every pending request fails with its error at once.
 """
 
@@ -55,15 +57,25 @@ class KipClient:
         self._bulk_producer: AIOKafkaProducer | None = None   # standard and batch
         self._consumer: AIOKafkaConsumer | None = None
         self._reader: asyncio.Task | None = None
+        self.listening_on: str | None = None   # the reply topic, once started
 
     async def start(self) -> None:
+        """Connect; on any failure, close what was opened and raise it."""
         if self._producer is not None:
             return
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
         self._producer = await self._start_producer(linger_ms=1)
         self._bulk_producer = await self._start_producer(linger_ms=self.bulk_linger_ms)
         self._consumer = self.kafka.consumer(group_id=None)
         await self._consumer.start()
-        await self._listen_from_now(self.reply_to or self.names.results)
+        self.listening_on = self.reply_to or await self._default_reply_topic()
+        await self._listen_from_now(self.listening_on)
         self._reader = asyncio.create_task(self._read_results(), name="kip-client-results")
         self._reader.add_done_callback(self._reader_ended)
 
@@ -145,7 +157,11 @@ class KipClient:
 
     async def _start_producer(self, linger_ms: int) -> AIOKafkaProducer:
         producer = self.kafka.producer(linger_ms=linger_ms)
-        await producer.start()
+        try:
+            await producer.start()
+        except BaseException:
+            await producer.stop()
+            raise
         return producer
 
     def _reader_ended(self, reader: asyncio.Task) -> None:
@@ -162,6 +178,13 @@ class KipClient:
                 fut.set_exception(err)
                 fut.exception()   # mark retrieved: nobody may be waiting on it any more
         self._pending.clear()
+
+    async def _default_reply_topic(self) -> str:
+        """Where the pipeline sends this tenant's results when a request names no
+        ``reply_to``: the tenant's own reply topic where it exists, else the shared one."""
+        own = self.names.reply_topic(self.tenant)
+        await self._consumer._client.force_metadata_update()
+        return own if self._consumer.partitions_for_topic(own) else self.names.results
 
     async def _listen_from_now(self, topic: str) -> None:
         tps = await assign_all(self._consumer, topic, what="reply topic")

@@ -191,7 +191,8 @@ def check_reply_to(reply_to: str | None, ctx: Context) -> None:
 def forward(request: InferenceRequest, route: Route, deadline_ms: int, ctx: Context,
             size: int) -> Forward:
     work = WorkItem(request=request, route=route, routed_at_ms=ctx.now_ms,
-                    deadline_ms=deadline_ms)
+                    deadline_ms=deadline_ms,
+                    reply_to=reply_topic_for(request.reply_to, request.tenant, ctx))
     decision = "degraded" if route.fallback_from else "routed"
     audit = audit_record(request, stage=STAGE, decision=decision, final=False,
                          at_ms=ctx.now_ms, payload_bytes=size, route=route)
@@ -208,8 +209,7 @@ def reject(request: InferenceRequest, err: KipError, ctx: Context, size: int) ->
         traceparent=request.traceparent, produced_at_ms=ctx.now_ms)
     audit = audit_record(request, stage=STAGE, decision=status.value, final=True,
                          at_ms=ctx.now_ms, payload_bytes=size, code=err.code)
-    reply_to = request.reply_to if _reply_to_ok(request.reply_to, ctx) else ctx.names.results
-    return Reject(reply_to, result, audit)
+    return Reject(reply_topic_for(request.reply_to, request.tenant, ctx), result, audit)
 
 
 def oversized(size: int, origin: Origin, err: PayloadTooLarge, ctx: Context) -> Reject:
@@ -217,8 +217,7 @@ def oversized(size: int, origin: Origin, err: PayloadTooLarge, ctx: Context) -> 
     request_id = origin.header(REQUEST_ID_HEADER)
     if request_id is None or not valid_id(request_id):
         request_id = fallback_request_id(origin.topic, origin.partition, origin.offset)
-    tenant = origin.key.decode("utf-8", "replace") if origin.key else None
-    tenant = tenant if tenant and valid_id(tenant) else None
+    tenant = _tenant_of_key(origin)
     priority = _class_of(origin.topic, ctx)
     result = InferenceResult(request_id=request_id, tenant=tenant, priority=priority,
                              status=Status.REJECTED, error=error_info(err),
@@ -227,7 +226,7 @@ def oversized(size: int, origin: Origin, err: PayloadTooLarge, ctx: Context) -> 
                         final=True, tenant=tenant, priority=priority,
                         model=origin.header(MODEL_HEADER), error_code=err.code,
                         payload_bytes=size, at_ms=ctx.now_ms)
-    return Reject(ctx.names.results, result, audit)
+    return Reject(reply_topic_for(None, tenant, ctx), result, audit)
 
 
 def undecodable(payload: bytes, origin: Origin, err: KipError, ctx: Context) -> Reject:
@@ -235,8 +234,27 @@ def undecodable(payload: bytes, origin: Origin, err: KipError, ctx: Context) -> 
     result on the reply topic it names if that one is allowed."""
     end = undecodable_ending(payload, origin, err, stage=STAGE, status=Status.REJECTED,
                              now_ms=ctx.now_ms)
-    reply_to = end.reply_to if _reply_to_ok(end.reply_to, ctx) else ctx.names.results
-    return Reject(reply_to, end.result, end.audit, end.deadletter)
+    tenant = end.audit.tenant or _tenant_of_key(origin)
+    return Reject(reply_topic_for(end.reply_to, tenant, ctx), end.result, end.audit,
+                  end.deadletter)
+
+
+def _tenant_of_key(origin: Origin) -> str | None:
+    """The tenant a request message is keyed by (the protocol's key), if well formed."""
+    tenant = origin.key.decode("utf-8", "replace") if origin.key else None
+    return tenant if tenant and valid_id(tenant) else None
+
+
+def reply_topic_for(reply_to: str | None, tenant: str | None, ctx: Context) -> str:
+    """Where a result goes: the ``reply_to`` a request names, if allowed; else its
+    tenant's own reply topic (``<results>.<tenant>``), where that exists; else the
+    shared results topic."""
+    if _reply_to_ok(reply_to, ctx):
+        return reply_to
+    own = ctx.names.reply_topic(tenant) if tenant else None
+    if own is not None and (ctx.topics is None or own in ctx.topics):
+        return own
+    return ctx.names.results
 
 
 def _reply_to_ok(reply_to: str | None, ctx: Context) -> bool:

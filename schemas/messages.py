@@ -92,6 +92,9 @@ class WorkItem(Message):
     route: Route
     routed_at_ms: int
     deadline_ms: int = Field(description="the request's deadline, or its class default")
+    reply_to: str | None = Field(default=None, pattern=_TOPIC, description=(
+        "where the result goes, as the pipeline resolved it: the request's reply_to, or "
+        "its tenant's own reply topic, or the shared results topic"))
 
 
 class ErrorInfo(Message):

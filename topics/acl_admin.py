@@ -17,6 +17,7 @@ from aiokafka.protocol.admin import CreateAclsRequest, DeleteAclsRequest, Descri
 from topics.acls import (ALLOW, ANY_HOST, Acl, Operation, Pattern, Resource,
                          is_kip_principal)
 from topics.clients import KafkaConnection
+from topics.names import TopicNames
 
 ANY = 1   # Kafka's ANY for resource, pattern, operation and permission filters
 
@@ -35,13 +36,16 @@ class AclReport:
                 + [f"removed   {a.line()}" for a in self.removed])
 
 
-async def apply(kafka: KafkaConnection, wanted: set[Acl], prune: bool = False) -> AclReport:
+async def apply(kafka: KafkaConnection, names: TopicNames, wanted: set[Acl],
+                prune: bool = False) -> AclReport:
     """Grant what ``wanted`` has and the cluster lacks; report (or with ``prune`` delete)
-    the grants of kip's principals that ``wanted`` does not have."""
+    the grants of kip's principals on this deployment's names (``names.prefix``) that
+    ``wanted`` does not have. Other deployments on the cluster are not touched."""
     admin = kafka.admin(client_id="kip-acls")
     await admin.start()
     try:
-        present = {a for a in await describe(admin) if is_kip_principal(a.principal)}
+        present = {a for a in await describe(admin)
+                   if is_kip_principal(a.principal) and names.owns(a.name)}
         report = AclReport(unchanged=sorted(wanted & present),
                            created=sorted(wanted - present), drift=sorted(present - wanted))
         for acl in report.created:

@@ -48,6 +48,10 @@ class TopicNames:
     def telemetry(self) -> str:
         return f"{self.prefix}.telemetry"
 
+    def owns(self, name: str) -> bool:
+        """Whether a topic, group or transactional id belongs to this deployment."""
+        return name.startswith((f"{self.prefix}.", f"{self.prefix}-"))
+
     def any_partition(self, topic: str) -> bool:
         """Work items and results: one record per request, read in no key order, so a
         producer may put them in any partition (audit records keep key order: a

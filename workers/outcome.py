@@ -64,7 +64,7 @@ def terminal_outputs(item: WorkItem, stamps: Stamps, names: TopicNames,
                      ) -> list[Output]:
     """The result (to the request's reply topic) and the final audit record."""
     result, audit = terminal(item, stamps, codec.now_ms(), outputs, error)
-    return ending(names, item.request.reply_to or names.results, result, audit)
+    return ending(names, reply_topic(item, names), result, audit)
 
 
 def poisoned(record: ConsumerRecord, item: WorkItem, stamps: Stamps, names: TopicNames,
@@ -74,7 +74,13 @@ def poisoned(record: ConsumerRecord, item: WorkItem, stamps: Stamps, names: Topi
     now = codec.now_ms()
     result, audit = terminal(item, stamps, now, error=err)
     dead = dead_letter(record.value, record.topic, record.partition, record.offset, err, now)
-    return ending(names, item.request.reply_to or names.results, result, audit, dead)
+    return ending(names, reply_topic(item, names), result, audit, dead)
+
+
+def reply_topic(item: WorkItem, names: TopicNames) -> str:
+    """Where the pipeline said the result goes (work items from before it said so: the
+    request's reply_to, else the shared results topic)."""
+    return item.reply_to or item.request.reply_to or names.results
 
 
 def undecodable(record: ConsumerRecord, err: InvalidRequest, names: TopicNames

@@ -64,10 +64,10 @@ async def _first_result(s: DevStack, kip: KipClient, model: str, inputs: dict) -
 
 
 def client_for(s: DevStack, tenant: str | None = None, key_id: str = "acme-k1",
-               secret: str | None = None) -> KipClient:
+               secret: str | None = None, reply_to: str | None = None) -> KipClient:
     return KipClient(s.bootstrap, tenant=tenant or TENANT_OF.get(key_id, "acme"),
                      key_id=key_id, secret=secret or SECRETS.get(key_id, "x"),
-                     topic_prefix=s.prefix)
+                     topic_prefix=s.prefix, reply_to=reply_to)
 
 
 async def read_topic(bootstrap: str, topic: str) -> list:
@@ -91,12 +91,15 @@ async def read_topic(bootstrap: str, topic: str) -> list:
 async def outputs_of(s: DevStack, request_id: str, settle_s: float = 0.5) -> dict[str, list]:
     """Results, audit records and dead letters for ``request_id`` (after ``settle_s``)."""
     await asyncio.sleep(settle_s)
-    names = s.env()["KIP_TOPIC_PREFIX"]
+    names = s.names
+    reply_topics = [names.results] + [names.reply_topic(t) for t in set(TENANT_OF.values())]
     out = {"results": [], "audit": [], "deadletter": []}
-    for kind, cls in (("results", InferenceResult), ("audit", AuditRecord),
-                      ("deadletter", DeadLetterRecord)):
-        for record in await read_topic(s.bootstrap, f"{names}.{kind}"):
-            message = decode(cls, record.value)
-            if getattr(message, "request_id", None) == request_id:
-                out[kind].append(message)
+    for kind, cls, topics in (("results", InferenceResult, reply_topics),
+                              ("audit", AuditRecord, [names.audit]),
+                              ("deadletter", DeadLetterRecord, [names.deadletter])):
+        for topic in topics:
+            for record in await read_topic(s.bootstrap, topic):
+                message = decode(cls, record.value)
+                if getattr(message, "request_id", None) == request_id:
+                    out[kind].append(message)
     return out

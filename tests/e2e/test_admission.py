@@ -112,7 +112,7 @@ def test_a_request_that_expired_in_the_queue_is_not_inferred(stack):
             version = stack.registry.aliases()["digits"].split("@")[1]
             manifest = stack.registry.get("digits", version).manifest
             item = WorkItem(request=request, routed_at_ms=now_ms() - 5000,
-                            deadline_ms=now_ms() - 1000,
+                            deadline_ms=now_ms() - 1000, reply_to=kip.listening_on,
                             route=Route(alias="digits", model_name="digits",
                                         model_version=version,
                                         artifact_sha256=manifest.artifact_sha256))

@@ -135,7 +135,7 @@ def test_undecodable_bytes_without_an_id_still_get_a_correlatable_result(stack):
     async def go():
         async with client_for(stack) as kip:
             topic = kip.names.requests("batch")
-            meta = await kip.publish_raw(topic, b"\x00\xff binary junk", key=b"x")
+            meta = await kip.publish_raw(topic, b"\x00\xff binary junk", key=b"acme")
             rid = f"undecodable.{meta.topic}.{meta.partition}.{meta.offset}"
             return await asyncio.wait_for(kip.expect(rid), 30), meta
     result, meta = asyncio.run(go())
@@ -166,8 +166,10 @@ def test_every_process_serves_prometheus_metrics(stack):
 
 
 def test_a_poison_work_item_fails_with_a_dead_letter_and_the_worker_keeps_serving(stack):
+    """Its failure goes to the shared results topic: what an undecodable work item says of
+    its tenant or reply topic cannot be trusted."""
     async def go():
-        async with client_for(stack) as kip:
+        async with client_for(stack, reply_to=stack.names.results) as kip:
             topic = kip.names.work("digits", "standard")
             meta = await kip.publish_raw(topic, b'{"request": {"request_id": "poison-1"}}',
                                          key=b"poison-1")

@@ -1,0 +1,117 @@
+"""kip on a broker that trusts no one: the pipeline and the workers run as their own
+principals with only the ACLs of ``kip acls apply``, tenants connect with SCRAM over TLS
+or with mTLS, and each attack of an outsider or of another tenant is refused by Kafka."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import numpy as np
+import pytest
+from aiokafka.errors import KafkaConnectionError
+
+from devkit.stack import DevStack, tenant_credentials
+from kip.client import KipClient
+from pipeline.access import AccessConfig, ApiKey, TenantPolicy
+from schemas.messages import Status
+from tests.kafka_probes import can_read, can_write
+from topics.clients import KafkaConnection
+
+pytestmark = pytest.mark.broker
+PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
+KEYS = {"acme-k1": ("acme", "acme-secret"), "bob-k1": ("bob", "bob-secret")}
+
+
+@pytest.fixture(scope="module")
+def secured(secure_broker, registry, tmp_path_factory):
+    stack = DevStack(home=tmp_path_factory.mktemp("kip-secured"), own_broker=secure_broker,
+                     prefix=f"sec{uuid.uuid4().hex[:8]}", registry_dir=registry.root,
+                     metrics_base_port=0)
+    stack.home.mkdir(parents=True, exist_ok=True)
+    stack.access_file.write_text(AccessConfig(
+        keys={k: ApiKey(tenant=t, secret=s) for k, (t, s) in KEYS.items()},
+        tenants={t: TenantPolicy(models=["*"]) for t, _ in KEYS.values()}).to_json())
+    stack.prepare(log=lambda *_: None)
+    stack.start_services(log=lambda *_: None)
+    try:
+        asyncio.run(_warm_up(stack))
+        yield stack
+    finally:
+        stack.stop_services()
+
+
+def _client(stack: DevStack, key_id: str = "acme-k1", **kafka) -> KipClient:
+    tenant, secret = KEYS[key_id]
+    return KipClient(stack.bootstrap, tenant=tenant, key_id=key_id, secret=secret,
+                     topic_prefix=stack.prefix,
+                     **(kafka or tenant_credentials(stack, tenant)))
+
+
+async def _warm_up(stack: DevStack) -> None:
+    async with _client(stack) as client:
+        for _ in range(24):
+            stack.check_services()
+            try:
+                result = await client.infer("digits", PIXELS, timeout_s=5)
+            except TimeoutError:
+                continue
+            assert result.status == Status.OK, result
+            return
+    raise TimeoutError("the secured kip gave no result within 120 s")
+
+
+def test_a_tenant_gets_its_result_over_scram_and_tls_on_its_own_topic(secured):
+    async def go():
+        async with _client(secured) as client:
+            return client.listening_on, await client.infer("digits", PIXELS)
+    topic, result = asyncio.run(go())
+    assert topic == secured.names.reply_topic("acme")
+    assert result.status == Status.OK and result.tenant == "acme"
+
+
+def test_a_tenant_gets_its_result_over_mtls(secured):
+    mtls = secured.secured.client("tenant-acme", mtls=True)
+    options = mtls.model_dump(exclude={"bootstrap"}, exclude_none=True)
+
+    async def go():
+        client = KipClient(mtls.bootstrap, tenant="acme", key_id="acme-k1",
+                           secret="acme-secret", topic_prefix=secured.prefix, **options)
+        async with client:
+            return await client.infer("digits", PIXELS)
+    assert asyncio.run(go()).status == Status.OK
+
+
+def test_a_client_without_credentials_cannot_connect(secured):
+    with pytest.raises(KafkaConnectionError):
+        asyncio.run(_client(secured, security_protocol="PLAINTEXT").start())
+
+
+def test_a_tenant_cannot_write_where_only_kip_writes(secured):
+    names, acme = secured.names, secured.secured.client("tenant-acme")
+    forbidden = [names.work("digits", "standard"), names.telemetry, names.control,
+                 names.quota_levels, names.audit, names.results, names.reply_topic("acme"),
+                 names.reply_topic("bob")]
+    allowed = asyncio.run(_writable(acme, forbidden))
+    assert allowed == []
+
+
+def test_a_tenant_cannot_read_requests_audit_or_another_tenants_results(secured):
+    names, bob = secured.names, secured.secured.client("tenant-bob")
+    asyncio.run(_infer_as_acme(secured))
+    forbidden = [names.requests("standard"), names.audit, names.results,
+                 names.reply_topic("acme"), names.work("digits", "standard")]
+    assert asyncio.run(_readable(bob, forbidden)) == []
+
+
+async def _infer_as_acme(stack: DevStack) -> None:
+    async with _client(stack) as client:
+        assert (await client.infer("digits", PIXELS)).status == Status.OK
+
+
+async def _writable(kafka: KafkaConnection, topics: list[str]) -> list[str]:
+    return [t for t in topics if await can_write(kafka, t)]
+
+
+async def _readable(kafka: KafkaConnection, topics: list[str]) -> list[str]:
+    return [t for t in topics if await can_read(kafka, t)]
