@@ -15,11 +15,18 @@ async def current_state(settings: KipSettings, timeout_s: float = 15.0) -> Contr
     state = ControlState()
     follower = TopicFollower(settings.kafka, settings.names.control, state.apply)
     task = asyncio.create_task(follower.run())
+    caught_up = asyncio.create_task(follower.caught_up.wait())
     try:
-        await asyncio.wait_for(follower.caught_up.wait(), timeout_s)
+        await asyncio.wait([task, caught_up], timeout=timeout_s,
+                           return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()   # the follower failed: say why
+        if not caught_up.done():
+            raise TimeoutError(f"could not read {follower.topic} within {timeout_s:.0f}s")
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        for t in (task, caught_up):
+            t.cancel()
+        await asyncio.gather(task, caught_up, return_exceptions=True)
     return state
 
 

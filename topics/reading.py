@@ -12,10 +12,16 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 async def assign_all(consumer: AIOKafkaConsumer, topic: str, what: str = "topic"
                      ) -> list[TopicPartition]:
     """Assign every partition of ``topic``; a missing topic says how to create it."""
+    # Named in the metadata request, a topic this principal may not see comes back as
+    # "not authorized" rather than just missing.
+    await consumer._client.add_topic(topic)
     partitions = consumer.partitions_for_topic(topic)
     if not partitions:   # metadata may predate the topic: ask once more
         await consumer._client.force_metadata_update()
         partitions = consumer.partitions_for_topic(topic)
+    if topic in consumer._client.cluster.unauthorized_topics:
+        raise PermissionError(f"{what} {topic}: this principal may not read it (the "
+                              "cluster's ACLs; `kip acls plan` lists what each role may)")
     if not partitions:
         raise RuntimeError(f"{what} {topic} does not exist: run `kip topics apply`")
     tps = [TopicPartition(topic, p) for p in sorted(partitions)]

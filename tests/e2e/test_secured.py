@@ -115,3 +115,10 @@ async def _writable(kafka: KafkaConnection, topics: list[str]) -> list[str]:
 
 async def _readable(kafka: KafkaConnection, topics: list[str]) -> list[str]:
     return [t for t in topics if await can_read(kafka, t)]
+
+
+def test_a_tenant_cannot_listen_on_another_tenants_reply_topic(secured):
+    client = _client(secured, "bob-k1")
+    client.reply_to = secured.names.reply_topic("acme")
+    with pytest.raises(PermissionError, match="may not read"):
+        asyncio.run(client.start())
