@@ -17,7 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
-from devkit.secured import ADMIN, CLIENT_MECHANISM, Security
+from kip.security import ADMIN, CLIENT_MECHANISM, Listeners, Security
 from devkit.settings import DevSettings
 from topics.catalogue import MAX_MESSAGE_BYTES
 from topics.clients import KafkaConnection
@@ -112,12 +112,13 @@ class LocalBroker:
 
     ``secure``: SASL_SSL on ``port``, mTLS on ``mtls_port``, the StandardAuthorizer, and
     a SCRAM user for each of ``users`` (and ``admin``) created when storage is formatted
-    (devkit/secured.py); ``kafka`` then connects as ``admin``, ``client(user)`` as another.
+    (kip/security.py); ``kafka`` then connects as ``admin``, ``client(user)`` as another.
     """
 
     def __init__(self, data_dir: str | os.PathLike, port: int = 9092,
                  controller_port: int | None = None, *, secure: bool = False,
-                 users: list[str] = (), mtls_port: int | None = None) -> None:
+                 users: list[str] = (), mtls_port: int | None = None,
+                 config: Path | None = None) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port
         self.controller_port = controller_port or port + 1
@@ -126,6 +127,7 @@ class LocalBroker:
         self._proc: subprocess.Popen | None = None
         self.log_file = self.data_dir / "broker.log"
         self.security = Security(self.data_dir / "security", list(users)) if secure else None
+        self.config = config   # a server.properties of someone else's making, run as it is
 
     @property
     def bootstrap(self) -> str:
@@ -158,7 +160,9 @@ class LocalBroker:
             return
         libs = fetch_jars(log)
         java = require_tool("java", "the Kafka broker runs on Java 17+")
-        props = self._write_config()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "log4j2.properties").write_text(_LOG4J)
+        props = self.config or self._write_config()
         classpath = f"{libs}/*"
         if not (self.data_dir / "logs" / "meta.properties").exists():
             self._format(java, classpath, props)
@@ -211,8 +215,6 @@ class LocalBroker:
         return f"kafka broker running (pid {pid}) on {self.bootstrap}, data in {self.data_dir}"
 
     def _write_config(self) -> Path:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        (self.data_dir / "log4j2.properties").write_text(_LOG4J)
         props = self.data_dir / "server.properties"
         props.write_text("\n".join([
             "process.roles=broker,controller",
@@ -240,8 +242,8 @@ class LocalBroker:
 
     def _listeners(self) -> list[str]:
         if self.security:
-            return self.security.server_properties(self.port, self.mtls_port,
-                                                   self.controller_port)
+            return self.security.server_properties(
+                Listeners(self.port, self.mtls_port, self.controller_port))
         return [f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
                 f"CONTROLLER://127.0.0.1:{self.controller_port}",
                 f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",

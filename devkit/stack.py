@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -24,9 +23,10 @@ from pathlib import Path
 
 from devkit.broker import LocalBroker, free_port
 from kip.client import KipClient
+from kip.security import ensure_access_file
 from models.export.reference import build_reference
 from models.registry import Registry
-from pipeline.access import AccessConfig, ApiKey, TenantPolicy
+from pipeline.access import AccessConfig
 from runtime.settings import KipSettings
 from topics.acl_admin import apply as apply_acls
 from topics.acls import plan
@@ -41,15 +41,7 @@ DEV_TENANT, DEV_KEY_ID = "demo", "demo-key"
 
 def ensure_dev_access(path: Path) -> AccessConfig:
     """The access file, created with one demo tenant and a fresh secret if missing."""
-    if path.exists():
-        return AccessConfig.from_file(path)
-    access = AccessConfig(
-        keys={DEV_KEY_ID: ApiKey(tenant=DEV_TENANT, secret=secrets.token_hex(32))},
-        tenants={DEV_TENANT: TenantPolicy(models=["*"])})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(access.to_json())
-    path.chmod(0o600)
-    return access
+    return ensure_access_file(path, DEV_TENANT, DEV_KEY_ID)
 
 
 @dataclass
@@ -108,6 +100,11 @@ class DevStack:
         """The administrator's connection (topics, ACLs)."""
         secured = self.secured
         return secured.kafka if secured else KafkaConnection(bootstrap=self.bootstrap)
+
+    def connection(self, user: str) -> KafkaConnection:
+        """How ``user`` (a role: ``pipeline``, ``operator``, ``tenant-acme``, ...) connects."""
+        secured = self.secured
+        return secured.client(user) if secured else KafkaConnection(bootstrap=self.bootstrap)
 
     @property
     def registry(self) -> Registry:

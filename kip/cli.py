@@ -102,6 +102,17 @@ def _add_operator_commands(sub) -> None:
                       help="delete grants of kip's principals that the plan does not have")
     acls.set_defaults(func=_acls)
 
+    security = sub.add_parser("security", help="TLS material, users and client configs of "
+                              "a secured single-broker deployment (compose's init)")
+    security.add_argument("action", choices=["init"])
+    security.add_argument("--out", type=Path, required=True, help="the shared folder")
+    security.add_argument("--broker-config", type=Path, required=True,
+                          help="where the broker's server.properties goes")
+    security.add_argument("--host", default="kafka", help="the broker's host name")
+    security.add_argument("--models", default="minilm,digits", help="comma-separated names")
+    security.add_argument("--owner", type=int, help="uid the broker runs as")
+    security.set_defaults(func=_security)
+
     schemas = sub.add_parser("schemas", help="the wire contract as JSON Schema")
     schemas.add_argument("action", choices=["export"])
     schemas.add_argument("--out", type=Path, default=Path("docs/schemas"))
@@ -170,6 +181,23 @@ def _acls(args) -> int:
     return 2 if report.drift else 0
 
 
+def _security(args) -> int:
+    from kip.security import ensure_access_file, init_deployment
+    from pipeline.settings import PipelineSettings
+    from topics.catalogue import MAX_MESSAGE_BYTES
+
+    access = ensure_access_file(PipelineSettings().access_file, "demo", "demo-key")
+    users = (["pipeline", "operator", "audit-reader"]
+             + [f"worker-{m}" for m in args.models.split(",")]
+             + [f"tenant-{t}" for t in access.tenants])
+    written = init_deployment(args.out, users, args.host, args.broker_config,
+                              MAX_MESSAGE_BYTES, args.owner)
+    print("\n".join(f"wrote {path}" for path in written))
+    print(f"client configs for {', '.join(users)} (KIP_KAFKA_CONFIG={args.out}/clients/"
+          f"<user>.json); access file {PipelineSettings().access_file}")
+    return 0
+
+
 def _tenant_classes() -> dict:
     """Each tenant of the access file with the classes it may send (none without a file)."""
     from pipeline.access import AccessConfig
@@ -199,17 +227,18 @@ def _tenants(args) -> int:
 
     settings = KipSettings()
     if args.action == "show":
-        print(asyncio.run(show_quotas(settings, args.tenant)))
+        print(asyncio.run(show_quotas(settings.kafka, settings.names, args.tenant)))
         return 0
     if not args.tenant:
         raise ValueError(f"kip tenants {args.action} needs a tenant name")
     if args.action == "clear":
-        asyncio.run(clear_quota(settings, args.tenant))
+        asyncio.run(clear_quota(settings.kafka, settings.names, args.tenant))
         print(f"quota of {args.tenant} removed: unlimited")
         return 0
     limit = {k: getattr(args, k) for k in ("requests_per_s", "burst_requests", "bytes_per_s",
                                              "burst_bytes")}
-    quota = asyncio.run(set_quota(settings, args.tenant, args.model, limit))
+    quota = asyncio.run(set_quota(settings.kafka, settings.names, args.tenant, args.model,
+                                  limit))
     print(quota.model_dump_json(exclude_none=True, indent=2))
     return 0
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import asyncio
 
-from runtime.settings import KipSettings
 from pipeline.control import ControlState, publish_control, quota_record
 from pipeline.follower import TopicFollower
 from pipeline.quota import Limit, TenantQuota
+from topics.clients import KafkaConnection
+from topics.names import TopicNames
 
 
-async def current_state(settings: KipSettings, timeout_s: float = 15.0) -> ControlState:
+async def current_state(kafka: KafkaConnection, names: TopicNames,
+                        timeout_s: float = 15.0) -> ControlState:
     """The control topic as the pipeline sees it, read to its current end."""
     state = ControlState()
-    follower = TopicFollower(settings.kafka, settings.names.control, state.apply)
+    follower = TopicFollower(kafka, names.control, state.apply)
     task = asyncio.create_task(follower.run())
     caught_up = asyncio.create_task(follower.caught_up.wait())
     try:
@@ -30,10 +32,10 @@ async def current_state(settings: KipSettings, timeout_s: float = 15.0) -> Contr
     return state
 
 
-async def set_quota(settings: KipSettings, tenant: str, model: str | None,
-                    limit: dict) -> TenantQuota:
+async def set_quota(kafka: KafkaConnection, names: TopicNames, tenant: str,
+                    model: str | None, limit: dict) -> TenantQuota:
     """Merge ``limit`` into the tenant's quota (tenant-wide, or for one model)."""
-    state = await current_state(settings)
+    state = await current_state(kafka, names)
     quota = state.quotas.get(tenant) or TenantQuota(tenant=tenant)
     given = {k: v for k, v in limit.items() if v is not None}
     if model:
@@ -44,16 +46,16 @@ async def set_quota(settings: KipSettings, tenant: str, model: str | None,
         quota = quota.model_copy(update=given)
     quota = TenantQuota.model_validate(quota.model_dump())   # re-check the merged result
     key, value = quota_record(quota)
-    await publish_control(settings.kafka, settings.names.control, key, value)
+    await publish_control(kafka, names.control, key, value)
     return quota
 
 
-async def clear_quota(settings: KipSettings, tenant: str) -> None:
-    await publish_control(settings.kafka, settings.names.control, f"quota:{tenant}", None)
+async def clear_quota(kafka: KafkaConnection, names: TopicNames, tenant: str) -> None:
+    await publish_control(kafka, names.control, f"quota:{tenant}", None)
 
 
-async def show_quotas(settings: KipSettings, tenant: str | None) -> str:
-    state = await current_state(settings)
+async def show_quotas(kafka: KafkaConnection, names: TopicNames, tenant: str | None) -> str:
+    state = await current_state(kafka, names)
     quotas = [q for t, q in sorted(state.quotas.items()) if tenant in (None, t)]
     if not quotas:
         return f"no quota for {tenant}: unlimited" if tenant else "no quotas set"

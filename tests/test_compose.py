@@ -7,7 +7,6 @@ from pathlib import Path
 import yaml
 
 from pipeline.access import AccessConfig
-from topics.catalogue import MAX_MESSAGE_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = Path(__file__).resolve().parent / "compose-spec.json"   # copy of shared/compose
@@ -25,8 +24,20 @@ def test_compose_reserves_a_gpu_for_the_encoder_worker_and_wires_kip_settings():
     worker = compose["services"]["worker-minilm"]
     [device] = worker["deploy"]["resources"]["reservations"]["devices"]
     assert device["capabilities"] == ["gpu"] and worker["environment"]["KIP_DEVICE"] == "cuda"
-    assert compose["services"]["pipeline"]["environment"]["KIP_BOOTSTRAP"] == "kafka:9092"
     AccessConfig.from_file(ROOT / "deploy" / "access.example.json")
+
+
+def test_compose_runs_every_process_as_its_own_principal_with_no_secret_in_the_repo():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    roles = {"pipeline": "pipeline", "worker-minilm": "worker-minilm",
+             "worker-digits": "worker-digits", "topics-init": "admin", "acls-init": "admin"}
+    for service, user in roles.items():
+        assert services[service]["environment"]["KIP_KAFKA_CONFIG"] == \
+            f"/security/clients/{user}.json", service
+    assert "secrets" not in compose and "access.example" not in yaml.safe_dump(compose)
+    assert services["security-init"]["command"][:2] == ["security", "init"]
+    assert "/mnt/shared/config" in " ".join(services["kafka"]["volumes"])
 
 
 def test_a_broken_compose_file_is_caught(tmp_path):
@@ -36,9 +47,3 @@ def test_a_broken_compose_file_is_caught(tmp_path):
         [sys.executable, "-m", "check_jsonschema", "--schemafile", str(SCHEMA), str(bad)],
         capture_output=True, text=True)
     assert done.returncode != 0
-
-
-def test_the_compose_broker_takes_the_largest_record_the_catalogue_allows():
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    kafka = compose["services"]["kafka"]["environment"]
-    assert int(kafka["KAFKA_MESSAGE_MAX_BYTES"]) == MAX_MESSAGE_BYTES

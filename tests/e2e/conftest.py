@@ -1,5 +1,7 @@
-"""A running kip on the session broker: the pipeline and one worker per reference
-model, each its own process, on topics with a prefix unique to this module."""
+"""A running kip on a session broker: the pipeline and one worker per reference model,
+each its own process, on topics with a prefix unique to this module. Every e2e test runs
+twice: on the plain broker, and on the secured one, where every process and every test
+client connects as its own principal with only the ACLs of ``kip acls apply``."""
 
 from __future__ import annotations
 
@@ -8,13 +10,12 @@ import uuid
 
 import numpy as np
 import pytest
-from aiokafka import AIOKafkaConsumer
-
 from devkit.broker import free_port
+from devkit.stack import DevStack, tenant_credentials
 from kip.client import KipClient
-from devkit.stack import DevStack
 from pipeline.access import AccessConfig, ApiKey, TenantPolicy
 from schemas import AuditRecord, DeadLetterRecord, InferenceResult, decode
+from topics.clients import KafkaConnection
 from topics.reading import assign_all, reached
 
 SECRETS = {"acme-k1": "acme-secret", "lim-k1": "lim-secret", "greedy-k1": "greedy-secret",
@@ -24,9 +25,10 @@ TENANT_OF = {"acme-k1": "acme", "lim-k1": "limited", "greedy-k1": "greedy",
 WARMUP_TIMEOUT_S = 120
 
 
-@pytest.fixture(scope="module")
-def stack(broker, registry, tmp_path_factory):
-    s = DevStack(home=tmp_path_factory.mktemp("kip"), bootstrap_servers=broker.bootstrap,
+@pytest.fixture(scope="module", params=["plain", "secured"])
+def stack(request, registry, tmp_path_factory):
+    broker = request.getfixturevalue("broker" if request.param == "plain" else "secure_broker")
+    s = DevStack(home=tmp_path_factory.mktemp("kip"), own_broker=broker,
                  prefix=f"e2e{uuid.uuid4().hex[:8]}", registry_dir=registry.root,
                  metrics_base_port=free_port())
     s.home.mkdir(parents=True, exist_ok=True)
@@ -65,15 +67,27 @@ async def _first_result(s: DevStack, kip: KipClient, model: str, inputs: dict) -
 
 def client_for(s: DevStack, tenant: str | None = None, key_id: str = "acme-k1",
                secret: str | None = None, reply_to: str | None = None) -> KipClient:
-    return KipClient(s.bootstrap, tenant=tenant or TENANT_OF.get(key_id, "acme"),
-                     key_id=key_id, secret=secret or SECRETS.get(key_id, "x"),
-                     topic_prefix=s.prefix, reply_to=reply_to)
+    """A client of a tenant, connected as that tenant's principal."""
+    tenant = tenant or TENANT_OF.get(key_id, "acme")
+    return KipClient(s.bootstrap, tenant=tenant, key_id=key_id,
+                     secret=secret or SECRETS.get(key_id, "x"), topic_prefix=s.prefix,
+                     reply_to=reply_to, **tenant_credentials(s, tenant))
 
 
-async def read_topic(bootstrap: str, topic: str) -> list:
+async def publish_as(s: DevStack, user: str, topic: str, value: bytes | None,
+                     key: bytes | None = None, headers: list | None = None):
+    """Publish as ``user`` (a stage's principal): what only kip itself may write."""
+    producer = s.connection(user).producer()
+    await producer.start()
+    try:
+        return await producer.send_and_wait(topic, value, key=key, headers=headers)
+    finally:
+        await producer.stop()
+
+
+async def read_topic(kafka: KafkaConnection, topic: str) -> list:
     """Every committed record of ``topic`` from the beginning to its current end."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                                isolation_level="read_committed", enable_auto_commit=False)
+    consumer = kafka.consumer(group_id=None)
     await consumer.start()
     try:
         tps = await assign_all(consumer, topic)
@@ -98,7 +112,7 @@ async def outputs_of(s: DevStack, request_id: str, settle_s: float = 0.5) -> dic
                               ("audit", AuditRecord, [names.audit]),
                               ("deadletter", DeadLetterRecord, [names.deadletter])):
         for topic in topics:
-            for record in await read_topic(s.bootstrap, topic):
+            for record in await read_topic(s.kafka, topic):
                 message = decode(cls, record.value)
                 if getattr(message, "request_id", None) == request_id:
                     out[kind].append(message)

@@ -9,19 +9,19 @@ import urllib.request
 import numpy as np
 import pytest
 
-from runtime.settings import KipSettings
 from kip.tenants import set_quota
 from schemas import Status, WorkItem, encode
 from schemas.codec import headers, now_ms
 from schemas.messages import Route, WorkerTelemetry
-from tests.e2e.conftest import client_for
+from tests.e2e.conftest import client_for, publish_as
 
 pytestmark = pytest.mark.broker
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
 
 
-def _settings(stack) -> KipSettings:
-    return KipSettings(bootstrap=stack.bootstrap, topic_prefix=stack.prefix)
+def _set_quota(stack, tenant: str, limit: dict) -> None:
+    """As the operator, the one role that writes control records."""
+    asyncio.run(set_quota(stack.connection("operator"), stack.names, tenant, None, limit))
 
 
 async def _burst(stack, key_id: str, n: int, model: str = "digits", **kw) -> list:
@@ -35,8 +35,7 @@ def _codes(results) -> list[str]:
 
 
 def test_a_tenant_over_quota_is_limited_while_another_is_not(stack):
-    asyncio.run(set_quota(_settings(stack), "greedy", None,
-                          {"requests_per_s": 0.5, "burst_requests": 5}))
+    _set_quota(stack, "greedy", {"requests_per_s": 0.5, "burst_requests": 5})
     asyncio.run(asyncio.sleep(1))   # the pipeline follows the control topic
 
     async def both():
@@ -51,8 +50,7 @@ def test_a_tenant_over_quota_is_limited_while_another_is_not(stack):
 
 
 def test_quota_state_survives_a_pipeline_restart(stack):
-    asyncio.run(set_quota(_settings(stack), "restart", None,
-                          {"requests_per_s": 0.01, "burst_requests": 3}))
+    _set_quota(stack, "restart", {"requests_per_s": 0.01, "burst_requests": 3})
     asyncio.run(asyncio.sleep(1))
     before = _codes(asyncio.run(_burst(stack, "restart-k1", 4)))
     assert sorted(before) == ["QUOTA_EXCEEDED", "ok", "ok", "ok"]
@@ -117,8 +115,9 @@ def test_a_request_that_expired_in_the_queue_is_not_inferred(stack):
                                         model_version=version,
                                         artifact_sha256=manifest.artifact_sha256))
             fut = kip.expect(request.request_id)
-            await kip.publish_raw(kip.names.work("digits", "standard"), encode(item),
-                                  key=request.request_id.encode(), headers=headers(item))
+            await publish_as(stack, "pipeline", kip.names.work("digits", "standard"),
+                             encode(item), key=request.request_id.encode(),
+                             headers=headers(item))
             return await asyncio.wait_for(fut, 30)
     before = _digits_rows_inferred(stack)
     result = asyncio.run(go())
@@ -133,9 +132,9 @@ def test_an_overloaded_model_rejects_interactive_requests_with_retry_after(stack
                            backlog={"interactive": 100_000}, memory_rss_bytes=0,
                            at_ms=now_ms())
 
-    async def publish(value: bytes | None) -> None:
-        async with client_for(stack) as kip:
-            await kip.publish_raw(kip.names.telemetry, value, key=b"fake-busy-worker")
+    async def publish(value: bytes | None) -> None:   # as a digits worker would
+        await publish_as(stack, "worker-digits", stack.names.telemetry, value,
+                         key=b"fake-busy-worker")
     asyncio.run(publish(encode(fake)))
     try:
         asyncio.run(asyncio.sleep(1))

@@ -8,19 +8,17 @@ import urllib.request
 
 import numpy as np
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from devkit.loadproc import offer_from_child
+from devkit.stack import ClientSpec, tenant_credentials
 from kip.client import KipClient
 from models.export.digits import dataset
-from devkit.loadproc import offer_from_child
-from devkit.stack import ClientSpec
 from schemas import DeadLetterRecord, InferenceResult, Status, decode, encode
 from schemas.codec import now_ms
 from schemas.messages import Priority, output_array
-from tests.e2e.conftest import client_for, outputs_of, read_topic
+from tests.e2e.conftest import client_for, outputs_of, publish_as, read_topic
 from topics.admin import apply
-from topics.catalogue import reply_topic
-from topics.names import TopicNames
+from topics.catalogue import TopicSpec, reply_topic
 
 pytestmark = pytest.mark.broker
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
@@ -141,7 +139,7 @@ def test_undecodable_bytes_without_an_id_still_get_a_correlatable_result(stack):
     result, meta = asyncio.run(go())
     assert result.error.code == "INVALID_REQUEST"
     _one_result_one_final_audit(stack, result)
-    records = asyncio.run(read_topic(stack.bootstrap, f"{stack.prefix}.deadletter"))
+    records = asyncio.run(read_topic(stack.kafka, stack.names.deadletter))
     dead = [d for d in (decode(DeadLetterRecord, r.value) for r in records)
             if (d.origin_topic, d.origin_partition, d.origin_offset) ==
             (meta.topic, meta.partition, meta.offset)]
@@ -168,13 +166,14 @@ def test_every_process_serves_prometheus_metrics(stack):
 def test_a_poison_work_item_fails_with_a_dead_letter_and_the_worker_keeps_serving(stack):
     """Its failure goes to the shared results topic: what an undecodable work item says of
     its tenant or reply topic cannot be trusted."""
-    async def go():
-        async with client_for(stack, reply_to=stack.names.results) as kip:
-            topic = kip.names.work("digits", "standard")
-            meta = await kip.publish_raw(topic, b'{"request": {"request_id": "poison-1"}}',
-                                         key=b"poison-1")
-            return await asyncio.wait_for(kip.expect("poison-1"), 30), meta
-    result, meta = asyncio.run(go())
+    topic = stack.names.work("digits", "standard")
+    meta = asyncio.run(publish_as(stack, "pipeline", topic,   # a pipeline's defect
+                                  b'{"request": {"request_id": "poison-1"}}', key=b"poison-1"))
+    for _ in range(30):
+        seen = asyncio.run(outputs_of(stack, "poison-1", settle_s=1))
+        if seen["results"]:
+            break
+    [result] = seen["results"]
     assert result.status == Status.FAILED and result.error.code == "INVALID_REQUEST"
     seen = _one_result_one_final_audit(stack, result)
     [dead] = seen["deadletter"]
@@ -183,20 +182,12 @@ def test_a_poison_work_item_fails_with_a_dead_letter_and_the_worker_keeps_servin
 
 
 def test_results_go_to_an_existing_reply_topic_and_a_missing_one_is_refused(stack):
-    mine = f"{stack.prefix}.results.mine"
+    mine = stack.names.reply_topic("acme") + ".mine"   # a reply topic acme owns
 
     async def go():
-        admin = AIOKafkaAdminClient(bootstrap_servers=stack.bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(mine, 1, 1)])
-        finally:
-            await admin.close()
+        await apply(stack.kafka, [TopicSpec(mine, 1, "request id", "test", {})])
         await asyncio.sleep(3)   # the pipeline refreshes its view of reply topics every 2 s
-        async with client_for(stack) as on_default, \
-                KipClient(stack.bootstrap, tenant="acme", key_id="acme-k1",
-                          secret="acme-secret", topic_prefix=stack.prefix,
-                          reply_to=mine) as on_mine:
+        async with client_for(stack) as on_default, client_for(stack, reply_to=mine) as on_mine:
             ok = await on_mine.infer("digits", PIXELS)
             missing = KipClient("unused:0", tenant="acme", key_id="acme-k1",
                                 secret="acme-secret", topic_prefix=stack.prefix,
@@ -215,9 +206,9 @@ def test_results_go_to_an_existing_reply_topic_and_a_missing_one_is_refused(stac
 def test_load_offered_from_a_child_process_is_answered_on_its_own_reply_topic(stack):
     """How ``kip bench load`` offers batch load: every request answered, back in the
     parent, and none of those results reaches a client on the default reply topic."""
-    spec = reply_topic(TopicNames(stack.prefix), "child-load")
+    spec = reply_topic(stack.names, "acme.child-load")   # a reply topic acme owns
     child = ClientSpec(stack.bootstrap, "acme", "acme-k1", "acme-secret", stack.prefix,
-                       spec.name)
+                       spec.name, tenant_credentials(stack, "acme"))
 
     async def go():
         await apply(stack.kafka, [spec])

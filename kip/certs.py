@@ -1,5 +1,5 @@
-"""TLS material for a secured local broker: a CA of its own, the broker's certificate and
-client certificates for mTLS, as PEM files (Kafka reads PEM keystores and truststores
+"""TLS material for a secured broker: a CA of its own, the broker's certificate and client
+certificates for mTLS, as PEM files (Kafka reads PEM keystores and truststores
 directly). Keys are EC P-256, unencrypted PKCS#8, written readable by their owner only.
 """
 
@@ -54,9 +54,11 @@ class CertificateAuthority:
         write_private(self.key_path, _key_pem(key))
         write_private(self.cert_path, cert.public_bytes(serialization.Encoding.PEM))
 
-    def issue(self, common_name: str, *, server: bool = False) -> Issued:
-        """A certificate for ``common_name`` (its principal on the local broker): a server
-        certificate for localhost and 127.0.0.1, or a client one. Kept once made."""
+    def issue(self, common_name: str, *, server: bool = False,
+              hostnames: tuple[str, ...] = ()) -> Issued:
+        """A certificate for ``common_name`` (its principal on kip's brokers): a server
+        certificate for localhost, 127.0.0.1 and ``hostnames``, or a client one. Kept
+        once made."""
         stem = self.folder / common_name
         issued = Issued(stem.with_suffix(".pem"), stem.with_suffix(".key"),
                         stem.with_suffix(".keystore.pem"))
@@ -69,9 +71,9 @@ class CertificateAuthority:
                    .add_extension(x509.BasicConstraints(ca=False, path_length=None), True)
                    .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
         if server:
-            builder = builder.add_extension(x509.SubjectAlternativeName([
-                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                critical=False)
+            names = [x509.DNSName(h) for h in ("localhost", *hostnames)]
+            names.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
         cert_pem = builder.sign(self._key, hashes.SHA256()).public_bytes(
             serialization.Encoding.PEM)
         write_private(issued.key, _key_pem(key))
