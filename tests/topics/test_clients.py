@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from devkit.layers import modules
 from tests.conftest import repo_root
 from topics.catalogue import MAX_MESSAGE_BYTES
@@ -47,3 +49,22 @@ def test_a_caller_can_override_a_default_explicitly(monkeypatch):
     monkeypatch.setattr("topics.clients.AIOKafkaProducer", lambda **kw: built.update(kw))
     KafkaConnection(bootstrap="h:1").producer(enable_idempotence=False)
     assert built["enable_idempotence"] is False and built["acks"] == "all"
+
+
+def test_security_settings_that_cannot_work_are_refused_with_the_reason():
+    with pytest.raises(ValueError, match="PLAIN sends the password"):
+        KafkaConnection(security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                        sasl_username="u", sasl_password="p")
+    with pytest.raises(ValueError, match="needs sasl_username and sasl_password"):
+        KafkaConnection(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512")
+    with pytest.raises(ValueError, match="goes with a SASL"):
+        KafkaConnection(security_protocol="SSL", sasl_mechanism="SCRAM-SHA-512")
+    with pytest.raises(ValueError, match="go together"):
+        KafkaConnection(security_protocol="SSL", ssl_certfile="c.pem")
+
+
+def test_a_password_never_shows_in_a_repr_or_an_error():
+    kafka = KafkaConnection(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+                            sasl_username="pipeline", sasl_password="hunter2-secret")
+    assert "hunter2" not in repr(kafka) and "hunter2" not in str(kafka.model_dump())
+    assert kafka.aiokafka()["sasl_plain_password"] == "hunter2-secret"

@@ -11,6 +11,7 @@ from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from tests.e2e.conftest import read_topic
+from topics.clients import KafkaConnection
 from topics.transactions import Entry, PartitionTransactions
 
 pytestmark = pytest.mark.broker
@@ -48,7 +49,7 @@ async def _committed(tx: PartitionTransactions, tp: TopicPartition, expected: in
 
 
 async def _values(bootstrap: str, topic: str) -> list[bytes]:
-    return [r.value for r in await read_topic(bootstrap, topic)]
+    return [r.value for r in await read_topic(KafkaConnection(bootstrap=bootstrap), topic)]
 
 
 def test_outputs_become_visible_with_the_offset_commit(broker, prefix):
@@ -115,10 +116,10 @@ def test_records_of_an_any_partition_topic_share_one_partition_per_transaction(b
                            for i in range(30)]
                 assert await tx.commit(tp, entries)
         by_round: dict[bytes, set[int]] = {}
-        for r in await read_topic(broker.bootstrap, free):
+        for r in await read_topic(broker.kafka, free):
             by_round.setdefault(r.value, set()).add(r.partition)
         assert sorted(by_round) == [b"0", b"1", b"2", b"3"]
         assert all(len(parts) == 1 for parts in by_round.values())   # one partition a round
-        keyed_parts = {r.partition for r in await read_topic(broker.bootstrap, keyed)}
+        keyed_parts = {r.partition for r in await read_topic(broker.kafka, keyed)}
         assert len(keyed_parts) > 1   # 30 distinct keys: spread by key, as before
     asyncio.run(scenario())

@@ -70,12 +70,12 @@ def test_inference_longer_than_the_session_timeout_keeps_the_partitions(broker, 
                                              encode(item), key=item.request.request_id.encode(),
                                              headers=headers(item))
             for _ in range(60):
-                results = await read_topic(broker.bootstrap, names.results)
+                results = await read_topic(broker.kafka, names.results)
                 if results:
                     break
                 await asyncio.sleep(1)
             await asyncio.sleep(2)   # a second result would show up now
-            results = await read_topic(broker.bootstrap, names.results)
+            results = await read_topic(broker.kafka, names.results)
             assert _revoked(group) == revoked_before, "the worker lost its partitions"
         decoded = [InferenceResult.model_validate_json(r.value) for r in results]
         assert [(r.request_id, r.status) for r in decoded] == [(item.request.request_id, "ok")]
