@@ -149,9 +149,11 @@ class LocalBroker:
             return KafkaConnection(**self.security.mtls_client(user, self.mtls_bootstrap))
         return KafkaConnection(**self.security.client(user, self.bootstrap, mechanism))
 
-    def client_config(self, user: str) -> Path:
-        """The client config file of ``user`` (for ``KIP_KAFKA_CONFIG``)."""
-        return self.data_dir / "security" / "clients" / f"{user}.json"
+    def client_config(self, user: str, *, mtls: bool = False) -> Path:
+        """The client config file of ``user`` (for ``KIP_KAFKA_CONFIG``): SCRAM over TLS,
+        or its certificate over mTLS."""
+        return self.data_dir / "security" / "clients" / (
+            f"{user}.mtls.json" if mtls else f"{user}.json")
 
     def start(self, timeout_s: float = 60.0, log=print) -> None:
         """Start the broker unless it runs already; return when it accepts clients."""
@@ -179,7 +181,8 @@ class LocalBroker:
         log(f"kafka broker {KAFKA_VERSION} ready on {self.bootstrap} "
             f"in {time.monotonic() - started:.1f}s (pid {proc.pid}, log {self.log_file})")
         if self.security:
-            folder = self.security.write_client_configs(self.bootstrap)
+            folder = self.security.write_client_configs(
+                self.bootstrap, mtls_bootstrap=self.mtls_bootstrap)
             log(f"secured: SASL_SSL on {self.bootstrap}, mTLS on {self.mtls_bootstrap}; "
                 f"client configs in {folder} (export KIP_KAFKA_CONFIG={folder}/admin.json)")
 

@@ -64,6 +64,7 @@ class DevStack:
     split_pipeline: bool = False   # one pipeline for interactive, one (niced) for the rest
     own_broker: LocalBroker | None = None   # the broker ``own_stack`` started
     secure: bool = False
+    mtls: bool = False   # on a secured stack: every process connects with its certificate
     procs: list[subprocess.Popen] = field(default_factory=list)
     logs: dict[int, Path] = field(default_factory=dict)   # pid -> its log file
 
@@ -80,6 +81,12 @@ class DevStack:
         if self.bootstrap_servers is not None and self.own_broker is None:
             return None
         return self.broker if self.broker.security else None
+
+    @property
+    def client_bootstrap(self) -> str:
+        """Where kip's processes and clients connect: the mTLS listener with ``mtls``."""
+        secured = self.secured
+        return secured.mtls_bootstrap if secured and self.mtls else self.bootstrap
 
     def roles(self) -> list[str]:
         """The users of every role this stack runs or serves."""
@@ -169,7 +176,8 @@ class DevStack:
             return {}
         role = (f"worker-{args[args.index('--model') + 1]}" if args[0] == "worker"
                 else args[0])
-        return {"KIP_KAFKA_CONFIG": str(self.secured.client_config(role))}
+        return {"KIP_KAFKA_CONFIG": str(self.secured.client_config(role, mtls=self.mtls)),
+                "KIP_BOOTSTRAP": self.client_bootstrap}
 
     def restart(self, index: int, timeout_s: float = 20.0) -> float:
         """Stop service ``index`` (0: the pipeline) with SIGTERM and start it again;
@@ -217,15 +225,19 @@ class ClientSpec:
 def dev_spec(stack: DevStack, reply_to: str | None = None) -> ClientSpec:
     """The demo tenant's client, with the key from the stack's access file."""
     key = ensure_dev_access(stack.access_file).keys[DEV_KEY_ID]
-    return ClientSpec(stack.bootstrap, key.tenant, DEV_KEY_ID, key.secret.get_secret_value(),
+    return ClientSpec(stack.client_bootstrap, key.tenant, DEV_KEY_ID,
+                      key.secret.get_secret_value(),
                       stack.prefix, reply_to, tenant_credentials(stack, key.tenant))
 
 
 def tenant_credentials(stack: DevStack, tenant: str) -> dict:
-    """How ``tenant``'s producer connects: its own SCRAM user on a secured stack."""
+    """How ``tenant``'s producer connects (to ``client_bootstrap``): as its own SCRAM
+    user on a secured stack, or with its certificate with ``mtls``."""
     if stack.secured is None:
         return {}
-    options = stack.secured.security.client(f"tenant-{tenant}", stack.bootstrap)
+    security, user = stack.secured.security, f"tenant-{tenant}"
+    options = (security.mtls_client(user, stack.secured.mtls_bootstrap) if stack.mtls
+               else security.client(user, stack.bootstrap))
     return {k: v for k, v in options.items() if k != "bootstrap"}
 
 

@@ -147,13 +147,18 @@ class Security:
             "ssl.truststore.type=PEM", f"ssl.truststore.location={self._seen(self.ca.cert_path)}",
         ]) + "\n"
 
-    def write_client_configs(self, bootstrap: str, mechanism: str = CLIENT_MECHANISM) -> Path:
-        """``clients/<user>.json`` for every user (0600): what ``KIP_KAFKA_CONFIG`` names."""
+    def write_client_configs(self, bootstrap: str, mechanism: str = CLIENT_MECHANISM,
+                             mtls_bootstrap: str | None = None) -> Path:
+        """``clients/<user>.json`` for every user (0600): what ``KIP_KAFKA_CONFIG`` names;
+        with ``mtls_bootstrap`` also ``clients/<user>.mtls.json``, its certificate's."""
         folder = self.folder / "clients"
         folder.mkdir(exist_ok=True)
         for user in self.users:
-            config = self.client(user, bootstrap, mechanism)
-            write_private(folder / f"{user}.json", json.dumps(config, indent=2).encode())
+            configs = {f"{user}.json": self.client(user, bootstrap, mechanism)}
+            if mtls_bootstrap:
+                configs[f"{user}.mtls.json"] = self.mtls_client(user, mtls_bootstrap)
+            for name, config in configs.items():
+                write_private(folder / name, json.dumps(config, indent=2).encode())
         return folder
 
 

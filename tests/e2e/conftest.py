@@ -69,7 +69,7 @@ def client_for(s: DevStack, tenant: str | None = None, key_id: str = "acme-k1",
                secret: str | None = None, reply_to: str | None = None) -> KipClient:
     """A client of a tenant, connected as that tenant's principal."""
     tenant = tenant or TENANT_OF.get(key_id, "acme")
-    return KipClient(s.bootstrap, tenant=tenant, key_id=key_id,
+    return KipClient(s.client_bootstrap, tenant=tenant, key_id=key_id,
                      secret=secret or SECRETS.get(key_id, "x"), topic_prefix=s.prefix,
                      reply_to=reply_to, **tenant_credentials(s, tenant))
 

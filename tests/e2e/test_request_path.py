@@ -207,7 +207,7 @@ def test_load_offered_from_a_child_process_is_answered_on_its_own_reply_topic(st
     """How ``kip bench load`` offers batch load: every request answered, back in the
     parent, and none of those results reaches a client on the default reply topic."""
     spec = reply_topic(stack.names, "acme.child-load")   # a reply topic acme owns
-    child = ClientSpec(stack.bootstrap, "acme", "acme-k1", "acme-secret", stack.prefix,
+    child = ClientSpec(stack.client_bootstrap, "acme", "acme-k1", "acme-secret", stack.prefix,
                        spec.name, tenant_credentials(stack, "acme"))
 
     async def go():

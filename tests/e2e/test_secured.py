@@ -1,6 +1,7 @@
 """kip on a broker that trusts no one: the pipeline and the workers run as their own
-principals with only the ACLs of ``kip acls apply``, tenants connect with SCRAM over TLS
-or with mTLS, and each attack of an outsider or of another tenant is refused by Kafka."""
+principals with only the ACLs of ``kip acls apply``, every process and tenant connecting
+with SCRAM over TLS, or (second run) with its certificate on the listener that requires
+mTLS; and each attack of an outsider or of another tenant is refused by Kafka."""
 
 from __future__ import annotations
 
@@ -23,11 +24,11 @@ PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
 KEYS = {"acme-k1": ("acme", "acme-secret"), "bob-k1": ("bob", "bob-secret")}
 
 
-@pytest.fixture(scope="module")
-def secured(secure_broker, registry, tmp_path_factory):
+@pytest.fixture(scope="module", params=["scram", "mtls"])
+def secured(request, secure_broker, registry, tmp_path_factory):
     stack = DevStack(home=tmp_path_factory.mktemp("kip-secured"), own_broker=secure_broker,
                      prefix=f"sec{uuid.uuid4().hex[:8]}", registry_dir=registry.root,
-                     metrics_base_port=0)
+                     metrics_base_port=0, mtls=request.param == "mtls")
     stack.home.mkdir(parents=True, exist_ok=True)
     stack.access_file.write_text(AccessConfig(
         keys={k: ApiKey(tenant=t, secret=s) for k, (t, s) in KEYS.items()},
@@ -43,7 +44,7 @@ def secured(secure_broker, registry, tmp_path_factory):
 
 def _client(stack: DevStack, key_id: str = "acme-k1", **kafka) -> KipClient:
     tenant, secret = KEYS[key_id]
-    return KipClient(stack.bootstrap, tenant=tenant, key_id=key_id, secret=secret,
+    return KipClient(stack.client_bootstrap, tenant=tenant, key_id=key_id, secret=secret,
                      topic_prefix=stack.prefix,
                      **(kafka or tenant_credentials(stack, tenant)))
 
@@ -61,11 +62,13 @@ async def _warm_up(stack: DevStack) -> None:
     raise TimeoutError("the secured kip gave no result within 120 s")
 
 
-def test_a_tenant_gets_its_result_over_scram_and_tls_on_its_own_topic(secured):
+def test_a_tenant_gets_its_result_on_its_own_topic(secured):
     async def go():
         async with _client(secured) as client:
             return client.listening_on, await client.infer("digits", PIXELS)
     topic, result = asyncio.run(go())
+    expected = "SSL" if secured.mtls else "SASL_SSL"
+    assert _client(secured).kafka.security_protocol == expected
     assert topic == secured.names.reply_topic("acme")
     assert result.status == Status.OK and result.tenant == "acme"
 
