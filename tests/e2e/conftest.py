@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -31,15 +33,24 @@ def stack(request, registry, tmp_path_factory):
     s = DevStack(home=tmp_path_factory.mktemp("kip"), own_broker=broker,
                  prefix=f"e2e{uuid.uuid4().hex[:8]}", registry_dir=registry.root,
                  metrics_base_port=free_port())
-    s.home.mkdir(parents=True, exist_ok=True)
-    s.access_file.write_text(AccessConfig(
+    access = AccessConfig(
         keys={k: ApiKey(tenant=TENANT_OF[k], secret=SECRETS[k]) for k in SECRETS},
         tenants={t: TenantPolicy(models=["digits"] if t == "limited" else ["*"])
-                 for t in TENANT_OF.values()}).to_json())
+                 for t in TENANT_OF.values()})
+    with running(s, access, _warm_up):
+        yield s
+
+
+@contextmanager
+def running(s: DevStack, access: AccessConfig, warm_up) -> Iterator[DevStack]:
+    """``s`` prepared with ``access`` as its access file, its services started and
+    ``warm_up`` passed; the services stop on exit."""
+    s.home.mkdir(parents=True, exist_ok=True)
+    s.access_file.write_text(access.to_json())
     s.prepare(log=lambda *_: None)
     s.start_services(log=lambda *_: None)
     try:
-        asyncio.run(_warm_up(s))
+        asyncio.run(warm_up(s))
         yield s
     finally:
         s.stop_services()

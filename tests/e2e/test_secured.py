@@ -16,6 +16,7 @@ from devkit.stack import DevStack, tenant_credentials
 from kip.client import KipClient
 from pipeline.access import AccessConfig, ApiKey, TenantPolicy
 from schemas.messages import Status
+from tests.e2e.conftest import running
 from tests.kafka_probes import can_read, can_write
 from topics.clients import KafkaConnection
 
@@ -29,17 +30,10 @@ def secured(request, secure_broker, registry, tmp_path_factory):
     stack = DevStack(home=tmp_path_factory.mktemp("kip-secured"), own_broker=secure_broker,
                      prefix=f"sec{uuid.uuid4().hex[:8]}", registry_dir=registry.root,
                      metrics_base_port=0, mtls=request.param == "mtls")
-    stack.home.mkdir(parents=True, exist_ok=True)
-    stack.access_file.write_text(AccessConfig(
-        keys={k: ApiKey(tenant=t, secret=s) for k, (t, s) in KEYS.items()},
-        tenants={t: TenantPolicy(models=["*"]) for t, _ in KEYS.values()}).to_json())
-    stack.prepare(log=lambda *_: None)
-    stack.start_services(log=lambda *_: None)
-    try:
-        asyncio.run(_warm_up(stack))
+    access = AccessConfig(keys={k: ApiKey(tenant=t, secret=s) for k, (t, s) in KEYS.items()},
+                          tenants={t: TenantPolicy(models=["*"]) for t, _ in KEYS.values()})
+    with running(stack, access, _warm_up):
         yield stack
-    finally:
-        stack.stop_services()
 
 
 def _client(stack: DevStack, key_id: str = "acme-k1", **kafka) -> KipClient:
