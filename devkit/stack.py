@@ -27,6 +27,8 @@ from kip.security import ensure_access_file
 from models.export.reference import build_reference
 from models.registry import Registry
 from pipeline.access import AccessConfig
+from runtime import keys
+from runtime.files import open_private_log, private_dir
 from runtime.settings import KipSettings
 from topics.acl_admin import apply as apply_acls
 from topics.acls import plan
@@ -121,6 +123,15 @@ class DevStack:
     def access_file(self) -> Path:
         return self.home / "access.json"
 
+    @property
+    def settings(self) -> KipSettings:
+        """The settings this stack's processes run with (key files under ``home``)."""
+        return KipSettings(home=self.home)
+
+    def result_keys(self) -> dict[str, str]:
+        """The public keys a client of this stack checks results with."""
+        return dict(keys.result_keys(self.settings.result_public_keys_file).keys)
+
     def env(self) -> dict[str, str]:
         return os.environ | {"KIP_HOME": str(self.home),
                              "KIP_BOOTSTRAP": self.bootstrap,
@@ -132,6 +143,9 @@ class DevStack:
         """Broker running, topics applied, reference models built, access file present."""
         if self.bootstrap_servers is None:
             self.broker.start(log=log)
+        private_dir(self.home)
+        for made in self.settings.ensure_keys():
+            log(f"made {made}")
         tenants = ensure_dev_access(self.access_file).tenants
         report = asyncio.run(apply(self.kafka, catalogue(self.names, REFERENCE_MODELS,
                                                          tenants=list(tenants))))
@@ -162,7 +176,7 @@ class DevStack:
         env = (self.env() | self.worker_env | self._credentials(args)
                | {"KIP_METRICS_PORT": str(metrics_port)})
         logfile = self.home / ("-".join(a for a in args if not a.startswith("--")) + ".log")
-        with open(logfile, "ab") as out:
+        with open_private_log(logfile) as out:
             proc = subprocess.Popen([sys.executable, "-m", "kip.cli", *args], env=env,
                                     stdout=out, stderr=subprocess.STDOUT)
         self.logs[proc.pid] = logfile
@@ -214,20 +228,21 @@ class ClientSpec:
     topic_prefix: str
     reply_to: str | None = None
     kafka: dict = field(default_factory=dict)   # security options (KafkaConnection's)
+    result_keys: dict = field(default_factory=dict)   # key id -> hex public key
 
     def client(self) -> KipClient:
         """A client (not started)."""
         return KipClient(self.bootstrap, tenant=self.tenant, key_id=self.key_id,
                          secret=self.secret, topic_prefix=self.topic_prefix,
-                         reply_to=self.reply_to, **self.kafka)
+                         reply_to=self.reply_to, result_keys=self.result_keys, **self.kafka)
 
 
 def dev_spec(stack: DevStack, reply_to: str | None = None) -> ClientSpec:
     """The demo tenant's client, with the key from the stack's access file."""
     key = ensure_dev_access(stack.access_file).keys[DEV_KEY_ID]
     return ClientSpec(stack.client_bootstrap, key.tenant, DEV_KEY_ID,
-                      key.secret.get_secret_value(),
-                      stack.prefix, reply_to, tenant_credentials(stack, key.tenant))
+                      key.secret.get_secret_value(), stack.prefix, reply_to,
+                      tenant_credentials(stack, key.tenant), stack.result_keys())
 
 
 def tenant_credentials(stack: DevStack, tenant: str) -> dict:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +14,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from runtime.files import private_dir, write_private
 
 VALID_DAYS = 825   # the longest a TLS leaf certificate may live for common clients
 
@@ -50,7 +51,7 @@ class CertificateAuthority:
                     data_encipherment=False, key_agreement=False, key_cert_sign=True,
                     crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
                 .sign(key, hashes.SHA256()))
-        self.folder.mkdir(parents=True, exist_ok=True)
+        private_dir(self.folder)
         write_private(self.key_path, _key_pem(key))
         write_private(self.cert_path, cert.public_bytes(serialization.Encoding.PEM))
 
@@ -95,8 +96,3 @@ def _key_pem(key) -> bytes:
                              serialization.NoEncryption())
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` readable by its owner only (keys are secrets)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)

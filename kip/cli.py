@@ -119,6 +119,15 @@ def _add_operator_commands(sub) -> None:
     schemas.set_defaults(func=_schemas)
 
     _add_tenant_commands(sub)
+    _add_key_commands(sub)
+
+
+def _add_key_commands(sub) -> None:
+    keys = sub.add_parser("keys", help="the deployment's own keys: work-item stamps and "
+                          "result signatures (files named by the KIP_*_FILE settings)")
+    keys.add_argument("action", choices=["init", "rotate-stamp", "drop-stamp", "show"])
+    keys.add_argument("key_id", nargs="?", help="the stamp key to add or drop")
+    keys.set_defaults(func=_keys)
 
 
 def _add_tenant_commands(sub) -> None:
@@ -192,9 +201,34 @@ def _security(args) -> int:
              + [f"tenant-{t}" for t in access.tenants])
     written = init_deployment(args.out, users, args.host, args.broker_config,
                               MAX_MESSAGE_BYTES, args.owner)
+    written += KipSettings().ensure_keys()
     print("\n".join(f"wrote {path}" for path in written))
     print(f"client configs for {', '.join(users)} (KIP_KAFKA_CONFIG={args.out}/clients/"
           f"<user>.json); access file {PipelineSettings().access_file}")
+    return 0
+
+
+def _keys(args) -> int:
+    from runtime import keys
+
+    settings = KipSettings()
+    if args.action == "init":
+        made = settings.ensure_keys()
+        print("\n".join(f"wrote {p}" for p in made) or "every key file is present")
+    elif args.action == "show":
+        ring = settings.stamp_keys()
+        print(f"stamp keys: {', '.join(ring.keys)} (current {ring.current})")
+        public = keys.result_keys(settings.result_public_keys_file)
+        print("\n".join(f"result key {k}: {v}" for k, v in public.keys.items()))
+    elif not args.key_id:
+        raise ValueError(f"kip keys {args.action} needs a key id")
+    elif args.action == "rotate-stamp":
+        keys.rotate_stamp(settings.stamp_keys_file, args.key_id)
+        print(f"stamp key {args.key_id} added and current: restart the workers, then the "
+              "pipeline; drop the old key once no work stamped with it is left")
+    else:
+        keys.drop_stamp(settings.stamp_keys_file, args.key_id)
+        print(f"stamp key {args.key_id} dropped")
     return 0
 
 

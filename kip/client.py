@@ -6,24 +6,35 @@
 Results are read (read_committed) from the reply topic from the moment the client
 starts: ``reply_to`` if given, else the tenant's own reply topic (``<results>.<tenant>``,
 readable by that tenant alone on a secured cluster) where it exists, else the shared
-one. Each is matched to the pending request with the same ``request_id``. If that
-reader dies, every pending request fails with its error at once.
+one. A result answers a pending request only if it came from that topic, carries a
+valid signature by one of the deployment's result keys (``result_keys``; by default the
+file ``KIP_RESULT_PUBLIC_KEYS_FILE`` names), has the request's id, and names the sha256
+of the exact message the client sent. Anything else under a pending request's id is
+counted in ``refused`` and ignored: a forged result, a replayed one, or kip's rejection
+of someone else's message that reused the id. If the reader dies, every pending request
+fails with its error at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from runtime import keys
+from runtime.settings import KipSettings
 from schemas.codec import decode, encode, headers, now_ms
 from schemas.errors import InvalidRequest
 from schemas.messages import InferenceRequest, InferenceResult, Priority
+from schemas.result_signatures import ResultKeys, ResultVerifier, request_sha256
 from schemas.signing import sign
 from schemas.tensors import Tensor
 from topics.clients import KafkaConnection
@@ -31,12 +42,21 @@ from topics.names import TopicNames
 from topics.reading import assign_all
 
 Inputs = list[Tensor] | Mapping[str, np.ndarray | list[str]]
+log = logging.getLogger("kip.client")
+
+
+@dataclass
+class _Pending:
+    future: asyncio.Future[InferenceResult]
+    digest: str   # sha256 of the message sent: the one a result must name
 
 
 class KipClient:
     def __init__(self, bootstrap: str, *, tenant: str, key_id: str, secret: bytes | str,
                  topic_prefix: str = "kip", reply_to: str | None = None,
-                 bulk_linger_ms: int = 20, **kafka: Any) -> None:
+                 bulk_linger_ms: int = 20,
+                 result_keys: ResultKeys | Mapping[str, str] | Path | None = None,
+                 **kafka: Any) -> None:
         """``bulk_linger_ms``: how long a standard or batch request may wait to share a
         produce request with the ones after it. Fewer, larger produce requests cost the
         broker much less; interactive requests go through a producer that does not wait.
@@ -44,15 +64,23 @@ class KipClient:
         ``kafka``: how to reach a secured cluster, as ``KafkaConnection``'s fields
         (``security_protocol``, ``ssl_cafile``, ``ssl_certfile``, ``ssl_keyfile``,
         ``sasl_mechanism``, ``sasl_username``, ``sasl_password``, ...), the options the
-        ``KIP_KAFKA_`` variables set for kip's own processes."""
+        ``KIP_KAFKA_`` variables set for kip's own processes.
+
+        ``result_keys``: the deployment's result public keys (``{key id: hex}``, a
+        ``ResultKeys`` or its file); by default the file of
+        ``KIP_RESULT_PUBLIC_KEYS_FILE``. Needed to start: results are accepted only with
+        a valid signature."""
         self.kafka = KafkaConnection(bootstrap=bootstrap, **kafka)
         self.bulk_linger_ms = bulk_linger_ms
         self.tenant, self.key_id = tenant, key_id
         self._secret = secret.encode() if isinstance(secret, str) else secret
         self.names = TopicNames(topic_prefix)
         self.reply_to = reply_to
-        self._pending: dict[str, asyncio.Future[InferenceResult]] = {}
-        self.unmatched = 0
+        self._result_keys = result_keys
+        self._verifier: ResultVerifier | None = None
+        self._pending: dict[str, _Pending] = {}
+        self.unmatched = 0   # results for requests this client is not waiting for
+        self.refused = 0     # results under a pending id that failed a check
         self._producer: AIOKafkaProducer | None = None        # interactive, raw
         self._bulk_producer: AIOKafkaProducer | None = None   # standard and batch
         self._consumer: AIOKafkaConsumer | None = None
@@ -70,6 +98,7 @@ class KipClient:
             raise
 
     async def _start(self) -> None:
+        self._verifier = _verifier(self._result_keys)
         self._producer = await self._start_producer(linger_ms=1)
         self._bulk_producer = await self._start_producer(linger_ms=self.bulk_linger_ms)
         self._consumer = self.kafka.consumer(group_id=None)
@@ -114,19 +143,22 @@ class KipClient:
         """Publish ``request``; the returned future resolves with its result (or fails
         if Kafka did not take the request). Does not wait for the broker's ack, so many
         requests can be in flight from one task."""
-        fut = asyncio.get_running_loop().create_future()
-        self._pending[request.request_id] = fut
-        delivery = await self.send(request)
+        value = encode(request)
+        fut = self.expect(request.request_id, value)
+        delivery = await self._publish(request, value)
         delivery.add_done_callback(lambda d: _fail_if_undelivered(d, fut))
         return fut
 
     async def send(self, request: InferenceRequest) -> asyncio.Future:
         """Publish ``request`` without tracking its result; the returned future resolves
         with the record metadata once Kafka has it."""
+        return await self._publish(request, encode(request))
+
+    async def _publish(self, request: InferenceRequest, value: bytes) -> asyncio.Future:
         producer = (self._producer if request.priority == Priority.INTERACTIVE
                     else self._bulk_producer)
         return await producer.send(
-            self.names.requests(request.priority), encode(request),
+            self.names.requests(request.priority), value,
             key=request.tenant.encode(), headers=headers(request, request.traceparent))
 
     async def send_raw(self, topic: str, value: bytes, key: bytes | None = None,
@@ -139,10 +171,11 @@ class KipClient:
         """``send_raw`` and wait for the ack; returns the record metadata."""
         return await (await self.send_raw(topic, value, key, headers))
 
-    def expect(self, request_id: str) -> asyncio.Future[InferenceResult]:
-        """A future for the result of a request published some other way."""
+    def expect(self, request_id: str, sent: bytes) -> asyncio.Future[InferenceResult]:
+        """A future for the result of the message ``sent`` (its value bytes), published
+        under ``request_id`` some other way."""
         fut = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = fut
+        self._pending[request_id] = _Pending(fut, request_sha256(sent))
         return fut
 
     async def infer(self, model: str, inputs: Inputs, *, priority: Priority | str = "standard",
@@ -173,7 +206,8 @@ class KipClient:
         self._fail_pending(ConnectionError(f"KipClient stopped reading results: {err!r}"))
 
     def _fail_pending(self, err: Exception) -> None:
-        for fut in self._pending.values():
+        for pending in self._pending.values():
+            fut = pending.future
             if not fut.done():
                 fut.set_exception(err)
                 fut.exception()   # mark retrieved: nobody may be waiting on it any more
@@ -197,23 +231,47 @@ class KipClient:
             batches = await self._consumer.getmany(timeout_ms=500, max_records=1000)
             for records in batches.values():
                 for record in records:
-                    self._deliver(record.key, record.value)
+                    self._deliver(record)
 
-    def _deliver(self, key: bytes | None, value: bytes) -> None:
+    def _deliver(self, record) -> None:
         """Match a result to its pending request. Results are keyed by request id, so
         other clients' results (every client reads the whole reply topic) are counted
-        without being decoded."""
+        without being decoded or verified."""
+        key = record.key
         request_id = key.decode("utf-8", "replace") if key else None
-        fut = self._pending.get(request_id)
-        if fut is None or fut.done():
+        pending = self._pending.get(request_id)
+        if pending is None or pending.future.done():
             self.unmatched += 1   # another client's, a duplicate, or too late
             return
-        try:
-            result = decode(InferenceResult, value)
-        except InvalidRequest:
-            return  # not ours to judge: a malformed result under our request's id
+        problem = self._check(record, request_id, pending)
+        if isinstance(problem, str):
+            self.refused += 1
+            log.warning("refused a result under pending request %s: %s", request_id, problem)
+            return
         del self._pending[request_id]
-        fut.set_result(result)
+        pending.future.set_result(problem)
+
+    def _check(self, record, request_id: str, pending: _Pending) -> InferenceResult | str:
+        """The result, if it answers ``pending``; else what is wrong with it."""
+        if record.topic != self.listening_on:
+            return f"it came from {record.topic}, not {self.listening_on}"
+        if not self._verifier.valid(record.value, record.headers):
+            return "no valid signature by a deployment result key"
+        try:
+            result = decode(InferenceResult, record.value)
+        except InvalidRequest as err:
+            return f"malformed: {err.message[:200]}"
+        if result.request_id != request_id or result.request_sha256 != pending.digest:
+            return "it answers another message under this id (a replay or a forgery)"
+        return result
+
+
+def _verifier(given: ResultKeys | Mapping[str, str] | Path | None) -> ResultVerifier:
+    if isinstance(given, ResultKeys):
+        return given.verifier()
+    if isinstance(given, Mapping):
+        return ResultKeys(keys=dict(given)).verifier()
+    return keys.result_keys(given or KipSettings().result_public_keys_file).verifier()
 
 
 def _fail_if_undelivered(delivery: asyncio.Future, result: asyncio.Future) -> None:

@@ -26,7 +26,8 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from kip.certs import CertificateAuthority, Issued, write_private
+from kip.certs import CertificateAuthority, Issued
+from runtime.files import private_dir, write_private
 from pipeline.access import AccessConfig, ApiKey, TenantPolicy
 
 ADMIN, CONTROLLER = "admin", "controller"
@@ -58,7 +59,7 @@ class Security:
         self.folder = folder
         self.users = sorted({ADMIN, *users})
         self.seen_as = seen_as or folder
-        folder.mkdir(parents=True, exist_ok=True)
+        private_dir(folder)
         self.ca = CertificateAuthority(folder / "tls")
         self.hostnames = hostnames
         self.passwords = self._passwords()
@@ -152,7 +153,7 @@ class Security:
         """``clients/<user>.json`` for every user (0600): what ``KIP_KAFKA_CONFIG`` names;
         with ``mtls_bootstrap`` also ``clients/<user>.mtls.json``, its certificate's."""
         folder = self.folder / "clients"
-        folder.mkdir(exist_ok=True)
+        private_dir(folder)
         for user in self.users:
             configs = {f"{user}.json": self.client(user, bootstrap, mechanism)}
             if mtls_bootstrap:
@@ -184,7 +185,7 @@ def init_deployment(folder: Path, users: list[str], host: str, broker_config: Pa
     given the files it reads."""
     security = Security(folder, users, hostnames=(host,))
     at = at or Listeners(9092, 9094, 9093, bind="", advertised=host, scram=False)
-    broker_config.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(broker_config.parent)
     write_private(broker_config, "\n".join(
         [*CONTAINER_BROKER, f"controller.quorum.voters=1@{host}:{at.controller_port}",
          f"log.dirs={log_dir}", f"message.max.bytes={max_message_bytes}",
@@ -207,6 +208,6 @@ def ensure_access_file(path: Path, tenant: str, key_id: str) -> AccessConfig:
         return AccessConfig.from_file(path)
     access = AccessConfig(keys={key_id: ApiKey(tenant=tenant, secret=secrets.token_hex(32))},
                           tenants={tenant: TenantPolicy(models=["*"])})
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     write_private(path, access.to_json().encode())
     return access

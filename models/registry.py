@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,10 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$")
+_VERSION = re.compile(r"^[0-9a-f]{1,64}$")
+
+
 class Registry:
     """Reads and writes model versions under one root folder."""
 
@@ -73,9 +78,13 @@ class Registry:
         return self.get(name, version)
 
     def get(self, name: str, version: str) -> ModelVersion:
+        """The version's manifest; names that cannot be a model's are refused before any
+        path is built from them (they come from requests and headers)."""
+        if not (_NAME.match(name) and _VERSION.match(version)) or ".." in name:
+            raise ModelNotFound(f"no model version named '{name[:64]}@{version[:64]}'")
         path = self.root / name / version
         manifest_path = path / "manifest.json"
-        if "/" in name + version or ".." in name + version or not manifest_path.exists():
+        if not manifest_path.exists():
             raise ModelNotFound(f"model {name}@{version} is not in the registry")
         return ModelVersion(Manifest.model_validate_json(manifest_path.read_bytes()), path)
 

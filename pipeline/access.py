@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from schemas.errors import Forbidden, Unauthenticated
 from schemas.messages import InferenceRequest, Priority
@@ -44,7 +44,14 @@ class AccessConfig(BaseModel):
 
     @classmethod
     def from_file(cls, path: str | Path) -> AccessConfig:
-        return cls.model_validate_json(Path(path).read_bytes())
+        """The access file; an unusable one raises ``ValueError`` naming each problem by
+        its place in the file, never by its value (the values are secrets)."""
+        try:
+            return cls.model_validate_json(Path(path).read_bytes())
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in
+                                 exc.errors(include_input=False, include_url=False))
+            raise ValueError(f"access file {path}: {problems}") from None
 
     def to_json(self) -> str:
         """Serialise including secrets (for writing the access file itself)."""

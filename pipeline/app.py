@@ -11,7 +11,9 @@ transactions. Why not faust's ``exactly_once`` mode: docs/architecture.md.
 State: quota settings and fallbacks come from the control topic, capacity from the
 telemetry topic, bucket levels from the quota-levels topic; each is followed by a
 background task that must have caught up before the first round is decided. Changed
-bucket levels are produced in the round's first transaction.
+bucket levels are produced in the round's first transaction. Admitted request ids
+(pipeline/replays.py) are read back per partition when a partition is first seen, and a
+round's are written in that partition's transaction.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pipeline.decide import Context, Decision, Origin, decide, undecodable
 from pipeline.follower import TopicFollower
 from pipeline.known_topics import KnownTopics
 from pipeline.quota import Ledger, apply_levels, dump_levels
+from pipeline.replays import SeenRequests, read_admitted
 from pipeline.rounds import rounds
 from pipeline.routing import Router
 from pipeline.settings import PipelineSettings
@@ -41,7 +44,6 @@ from runtime import metrics
 from schemas.codec import now_ms
 from schemas.errors import Internal
 from schemas.messages import Priority
-from topics.names import TopicNames
 from topics.outputs import Record, records
 from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
 
@@ -58,6 +60,9 @@ class PipelineState:
         self.control = ControlState()
         self.capacity = CapacityView()
         self.ledger = Ledger(self.control.quotas)
+        self.stamp_keys = settings.stamp_keys()
+        self.sealing = settings.sealing()
+        self.seen = SeenRequests(settings.replay_window_ms)
         names, kafka = settings.names, settings.kafka
         self.followers = [
             TopicFollower(kafka, names.control, self.control.apply),
@@ -69,9 +74,29 @@ class PipelineState:
 
     def context(self, topics: frozenset[str]) -> Context:
         s = self.settings
-        return Context(self.access, self.router, s.names, now_ms(), s.replay_window_ms,
+        now = now_ms()
+        self.seen.sweep(now)
+        return Context(self.access, self.router, s.names, now, s.replay_window_ms,
                        topics, s.admission, self.ledger, self.capacity,
-                       self.control.fallbacks)
+                       self.control.fallbacks, self.stamp_keys, self.seen)
+
+    async def claim(self, tps: set[TopicPartition], transactions: PartitionTransactions
+                    ) -> None:
+        """Before deciding a partition's first request: fence its previous owner, then
+        read back the ids admitted from it within twice the replay window (a request
+        may be issued up to one window ahead of the clock)."""
+        s = self.settings
+        for tp in tps - self.seen.partitions.keys():
+            await transactions.claim(tp)
+            since = now_ms() - 2 * s.replay_window_ms
+            entries = await read_admitted(s.kafka, s.names.admitted(_class_of(tp, s)),
+                                          tp.partition, since)
+            self.seen.load(tp, entries, now_ms())
+            log.info("%s: %d admitted ids in the replay window", tp, len(entries))
+
+    def admitted_records(self, tp: TopicPartition) -> list[Record]:
+        topic = self.settings.names.admitted(_class_of(tp, self.settings))
+        return self.seen.records(topic, tp)
 
     def changed_levels(self) -> list[Record]:
         """Records for the bucket levels this round changed (produced with its outputs)."""
@@ -101,6 +126,10 @@ def create_app(settings: PipelineSettings) -> faust.App:
                           value_serializer="raw")
         app.agent(topic, name=f"admit-{priority.value}")(_admit_agent(app, state, priority))
     return app
+
+
+def _class_of(tp: TopicPartition, settings: PipelineSettings) -> Priority:
+    return next(p for p in settings.classes if settings.names.requests(p) == tp.topic)
 
 
 def _faust_dir(settings: PipelineSettings) -> Path:
@@ -141,17 +170,19 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
         async def release(sender, revoked, **kwargs) -> None:
             for tp in revoked:
                 await transactions.release(TopicPartition(tp.topic, tp.partition))
+                state.seen.drop(TopicPartition(tp.topic, tp.partition))
 
         log.info("agent waits for the control and telemetry views")
         await state.ready()
         log.info("agent admits requests")
         try:
             async for events in rounds(stream, settings.take_max, within_s):
+                await state.claim({TopicPartition(e.message.topic, e.message.partition)
+                                   for e in events}, transactions)
                 ctx = state.context(await known_topics.current())
                 decisions = [decide_safely(e.message.value, _origin(e.message), ctx)
                              for e in events]
-                await publish(transactions, settings.names, events, decisions,
-                              state.changed_levels())
+                await publish(transactions, state, events, decisions)
         except Exception as exc:
             # Offsets of the failed round are not committed: a restart replays it.
             log.critical("pipeline agent failed, stopping the process: %r", exc)
@@ -178,22 +209,27 @@ def _origin(message) -> Origin:
                   tuple(message.headers or ()))
 
 
-async def publish(transactions: PartitionTransactions, names: TopicNames, events: list,
-                  decisions: list[Decision], extra: list[Record] = ()) -> None:
-    """Commit each input partition's outputs with its offset (``extra``, the changed
-    quota levels, ride in the first transaction); count what was committed."""
+async def publish(transactions: PartitionTransactions, state: PipelineState, events: list,
+                  decisions: list[Decision]) -> None:
+    """Commit each input partition's outputs, with the ids it admitted, and its offset
+    (the changed quota levels ride in the first transaction); count what was committed."""
+    names, sealing = state.settings.names, state.sealing
     entries: dict[TopicPartition, list[tuple[Entry, Decision]]] = {}
     for event, d in zip(events, decisions):
         m = event.message
-        entry = Entry(m.offset, records(d.outputs(names)))
+        entry = Entry(m.offset, records(d.outputs(names), sealing))
         entries.setdefault(TopicPartition(m.topic, m.partition), []).append((entry, d))
+    for tp, pairs in entries.items():
+        pairs[-1][0].outputs.extend(state.admitted_records(tp))
+    extra = state.changed_levels()
     if entries and extra:
         next(iter(entries.values()))[-1][0].outputs.extend(extra)
     done = await asyncio.gather(*(transactions.commit(tp, [e for e, _ in pairs])
                                   for tp, pairs in entries.items()))
     for pairs, committed in zip(entries.values(), done):
         for _, d in pairs if committed else ():
-            metrics.count_outcome("pipeline", d.audit)
+            model = d.audit.model_name or state.router.known(d.audit.model)
+            metrics.count_outcome("pipeline", d.audit, model)
 
 
 def run(settings: PipelineSettings) -> None:
@@ -201,7 +237,7 @@ def run(settings: PipelineSettings) -> None:
     if settings.nice:
         os.nice(settings.nice)
     app = create_app(settings)
-    metrics.serve(settings.metrics_port)
+    metrics.serve(settings.metrics_port, settings.metrics_host)
     worker = _Worker(app, loglevel=settings.log_level, quiet=True)
     worker.execute_from_commandline()
 

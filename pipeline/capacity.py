@@ -4,6 +4,11 @@ Workers report their measured throughput and their backlog per class about once 
 second. Between reports the pipeline adds the requests it has forwarded itself, so a
 burst is seen at once rather than a second late. A request of class C waits behind the
 backlog of C and of every higher class (workers serve higher classes first).
+
+Telemetry is believed only within bounds: values past the schema's limits never decode
+(the follower counts and skips them), a record dated more than ``FUTURE_SKEW_MS`` ahead
+of this clock or already stale is ignored, and a worker unheard for ``STALE_AFTER_MS``
+counts for nothing.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ from collections import defaultdict
 
 from schemas.messages import Priority, WorkerTelemetry
 
-STALE_AFTER_MS = 10_000
+STALE_AFTER_MS = 5_000    # workers report every second
+FUTURE_SKEW_MS = 2_000    # clock difference tolerated between a worker and the pipeline
 
 
 class CapacityView:
@@ -20,21 +26,25 @@ class CapacityView:
         self.workers: dict[str, WorkerTelemetry] = {}
         self._sent: dict[str, dict[Priority, int]] = defaultdict(lambda: defaultdict(int))
 
-    def update(self, worker_id: str, telemetry: WorkerTelemetry | None) -> None:
-        """Apply one telemetry record (``None``: the worker left)."""
+    def update(self, worker_id: str, telemetry: WorkerTelemetry | None,
+               now_ms: int | None = None) -> bool:
+        """Apply one telemetry record (``None``: the worker left); with ``now_ms``, one
+        dated outside the live window is ignored. Returns whether it was applied."""
         if telemetry is None:
             self.workers.pop(worker_id, None)
-            return
+            return True
+        if now_ms is not None and not _live(telemetry, now_ms):
+            return False
         self.workers[worker_id] = telemetry
         self._sent.pop(telemetry.model, None)   # its backlog now includes what we sent
+        return True
 
     def forwarded(self, model: str, priority: Priority) -> None:
         self._sent[model][priority] += 1
 
     def estimate_wait_ms(self, model: str, priority: Priority, now_ms: int) -> float | None:
         """Milliseconds a new request would wait; ``None`` when nothing is known yet."""
-        live = [t for t in self.workers.values()
-                if t.model == model and now_ms - t.at_ms < STALE_AFTER_MS]
+        live = [t for t in self.workers.values() if t.model == model and _live(t, now_ms)]
         rate = sum(t.requests_per_s for t in live)
         if not live or rate <= 0:
             return None
@@ -42,3 +52,7 @@ class CapacityView:
         ahead = sum(t.backlog.get(c, 0) for t in live for c in classes)
         ahead += sum(self._sent[model][c] for c in classes)
         return ahead / rate * 1000
+
+
+def _live(telemetry: WorkerTelemetry, now_ms: int) -> bool:
+    return -FUTURE_SKEW_MS <= now_ms - telemetry.at_ms < STALE_AFTER_MS

@@ -8,10 +8,14 @@ A record with no value (a tombstone) removes the entry.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import orjson
 
-from pipeline.capacity import CapacityView
+from pipeline.capacity import FUTURE_SKEW_MS, CapacityView
 from pipeline.quota import TenantQuota
+from schemas.codec import now_ms
+from schemas.deadletter import valid_model
 from schemas.messages import WorkerTelemetry
 from topics.clients import KafkaConnection
 
@@ -26,7 +30,14 @@ class ControlState:
         if kind == "quota":
             _put(self.quotas, name, value and TenantQuota.model_validate_json(value))
         elif kind == "fallback":
-            _put(self.fallbacks, name, value and orjson.loads(value)["fallback"])
+            _put(self.fallbacks, name, value and _fallback(value))
+
+
+def _fallback(value: bytes) -> str:
+    target = orjson.loads(value).get("fallback")
+    if not (isinstance(target, str) and valid_model(target)):
+        raise ValueError("a fallback record names no model alias")
+    return target
 
 
 def _put(table: dict, name: str, value) -> None:
@@ -36,10 +47,18 @@ def _put(table: dict, name: str, value) -> None:
         table[name] = value
 
 
-def apply_telemetry(capacity: CapacityView):
+def apply_telemetry(capacity: CapacityView, clock: Callable[[], int] = now_ms):
+    """Apply telemetry records. A stale one is left out (the topic's history holds many);
+    one dated ahead of the clock raises ``ValueError``: the follower counts it as
+    unusable and goes on."""
     def apply(key: bytes | None, value: bytes | None) -> None:
         worker_id = (key or b"").decode()
-        capacity.update(worker_id, WorkerTelemetry.model_validate_json(value) if value else None)
+        telemetry = WorkerTelemetry.model_validate_json(value) if value else None
+        now = clock()
+        if telemetry is not None and telemetry.at_ms > now + FUTURE_SKEW_MS:
+            raise ValueError(f"telemetry of {worker_id[:64]} is dated "
+                             f"{telemetry.at_ms - now} ms ahead of this clock")
+        capacity.update(worker_id, telemetry, now)
     return apply
 
 

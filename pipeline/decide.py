@@ -4,9 +4,15 @@
 ``Context`` (access config, router, topic names, the clock): no I/O, so every path is
 unit-tested without Kafka. ``pipeline.app`` is the thin faust adapter around it.
 
-Order: size (before parsing) -> decode+validate -> reply_to and class checks ->
-authenticate -> authorize -> deadline -> route -> inputs and limits against the model ->
-capacity (overload: fallback or reject) -> quota. The first failure ends the request.
+Order: size (before parsing) -> decode+validate -> reply_to, class and key checks ->
+authenticate -> reply_to owned by the tenant -> not a replay -> authorize -> deadline ->
+route -> inputs and limits against the model -> capacity (overload: fallback or reject)
+-> quota. The first failure ends the request.
+
+Every result names the sha256 of the message it answers (``request_sha256``), except a
+duplicate's: the first copy's result is the answer, and a client must not take the
+rejection of a replayed copy for it. A forwarded work item is stamped
+(schemas/stamps.py) so that workers run only what the pipeline admitted.
 """
 
 from __future__ import annotations
@@ -17,16 +23,22 @@ from dataclasses import dataclass, field
 from pipeline.access import DEFAULT_REPLAY_WINDOW_MS, AccessConfig, authenticate, authorize
 from pipeline.admission import (AdmissionPolicy, check_deadline, check_payload_size,
                                 check_request_limits, check_wait, effective_deadline)
+from aiokafka import TopicPartition
+
 from pipeline.capacity import CapacityView
 from pipeline.quota import Ledger
+from pipeline.replays import SeenRequests
 from pipeline.routing import Router
 from schemas.codec import MODEL_HEADER, REQUEST_ID_HEADER, decode
-from schemas.deadletter import fallback_request_id, valid_id
-from schemas.errors import InvalidRequest, KipError, ModelNotFound, Overloaded, PayloadTooLarge
+from schemas.deadletter import fallback_request_id, valid_id, valid_model
+from schemas.errors import (DuplicateRequest, Forbidden, InvalidRequest, KipError,
+                            ModelNotFound, Overloaded, PayloadTooLarge)
 from schemas.messages import (AuditRecord, DeadLetterRecord, InferenceRequest,
                               InferenceResult, Priority, Route, Status, Timings, WorkItem)
 from schemas.outcomes import Coordinates, audit_record, error_info, status_of
 from schemas.outcomes import undecodable as undecodable_ending
+from schemas.result_signatures import request_sha256
+from schemas.stamps import StampKeys, stamped
 from topics.names import TopicNames
 from topics.outputs import Output, ending
 
@@ -43,14 +55,19 @@ class Origin(Coordinates):
     def header(self, name: str) -> str | None:
         for k, v in self.headers:
             if k == name:
-                return v.decode("utf-8", "replace")
+                return v.decode("utf-8", "replace") if v is not None else None
         return None
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
 
 
 @dataclass(frozen=True)
 class Context:
-    """Everything a decision reads. ``ledger`` and ``capacity`` are the only mutable parts:
-    quota spent and requests forwarded by this round's earlier decisions."""
+    """Everything a decision reads. ``ledger``, ``capacity`` and ``seen`` are the only
+    mutable parts: quota spent, requests forwarded and ids admitted by this round's
+    earlier decisions."""
 
     access: AccessConfig
     router: Router
@@ -62,6 +79,8 @@ class Context:
     ledger: Ledger = field(default_factory=Ledger)
     capacity: CapacityView = field(default_factory=CapacityView)
     fallbacks: Mapping[str, str] = field(default_factory=dict)   # model -> fallback alias
+    stamp_keys: StampKeys = field(default_factory=StampKeys.generate)
+    seen: SeenRequests = field(default_factory=lambda: SeenRequests(DEFAULT_REPLAY_WINDOW_MS))
 
 
 @dataclass(frozen=True)
@@ -94,26 +113,43 @@ def decide(payload: bytes, origin: Origin, ctx: Context) -> Decision:
         check_payload_size(len(payload), _class_of(origin.topic, ctx), ctx.policy,
                            _model_limit(origin, ctx))
     except PayloadTooLarge as err:
-        return oversized(len(payload), origin, err, ctx)
+        return oversized(payload, origin, err, ctx)
     try:
         request = decode(InferenceRequest, payload)
     except InvalidRequest as err:
         return undecodable(payload, origin, err, ctx)
+    message = Message(request, origin, request_sha256(payload), len(payload))
     try:
-        route, deadline_ms = admit(request, origin, ctx, len(payload))
+        route, deadline_ms = admit(message, ctx)
     except KipError as err:
-        return reject(request, err, ctx, len(payload))
-    return forward(request, route, deadline_ms, ctx, len(payload))
+        return reject(message, err, ctx)
+    return forward(message, route, deadline_ms, ctx)
 
 
-def admit(request: InferenceRequest, origin: Origin, ctx: Context, size: int
-          ) -> tuple[Route, int]:
+@dataclass(frozen=True)
+class Message:
+    """A decoded request with what is known of the message that carried it."""
+
+    request: InferenceRequest
+    origin: Origin
+    sha256: str   # of the message bytes: what the result names
+    size: int
+
+
+def admit(message: Message, ctx: Context) -> tuple[Route, int]:
     """Every check a decoded request must pass; raises the first ``KipError``."""
+    request, origin, size = message.request, message.origin, message.size
     check_reply_to(request.reply_to, ctx)
     if origin.topic != ctx.names.requests(request.priority):
         raise InvalidRequest(f"a {request.priority.value} request arrived on {origin.topic}; "
                              f"publish it to {ctx.names.requests(request.priority)}")
+    if origin.key != request.tenant.encode():
+        raise InvalidRequest("a request's Kafka key must be its tenant (docs/protocol.md)")
     authenticate(request, ctx.access, ctx.now_ms, ctx.replay_window_ms)
+    if request.reply_to and not ctx.names.owned_reply_topic(request.reply_to, request.tenant):
+        raise Forbidden(f"reply_to {request.reply_to} is not a reply topic of tenant "
+                        f"{request.tenant}: use {ctx.names.reply_topic(request.tenant)}[.<suffix>]")
+    ctx.seen.check(origin.tp, request)
     authorize(request, ctx.access)
     deadline_ms = effective_deadline(request, ctx.policy)
     check_deadline(deadline_ms, ctx.now_ms)
@@ -188,44 +224,53 @@ def check_reply_to(reply_to: str | None, ctx: Context) -> None:
                              "sending requests that name it")
 
 
-def forward(request: InferenceRequest, route: Route, deadline_ms: int, ctx: Context,
-            size: int) -> Forward:
-    work = WorkItem(request=request, route=route, routed_at_ms=ctx.now_ms,
-                    deadline_ms=deadline_ms,
-                    reply_to=reply_topic_for(request.reply_to, request.tenant, ctx))
+def forward(message: Message, route: Route, deadline_ms: int, ctx: Context) -> Forward:
+    request = message.request
+    work = stamped(WorkItem(request=request, route=route, routed_at_ms=ctx.now_ms,
+                            deadline_ms=deadline_ms, request_sha256=message.sha256,
+                            reply_to=reply_topic_for(request.reply_to, request.tenant, ctx)),
+                   ctx.stamp_keys)
     decision = "degraded" if route.fallback_from else "routed"
     audit = audit_record(request, stage=STAGE, decision=decision, final=False,
-                         at_ms=ctx.now_ms, payload_bytes=size, route=route)
+                         at_ms=ctx.now_ms, payload_bytes=message.size, route=route)
     ctx.capacity.forwarded(route.model_name, request.priority)
+    ctx.seen.admit(message.origin.tp, request)
     return Forward(ctx.names.work(route.model_name, request.priority), work, audit)
 
 
-def reject(request: InferenceRequest, err: KipError, ctx: Context, size: int) -> Reject:
+def reject(message: Message, err: KipError, ctx: Context) -> Reject:
+    """A decoded request's rejection. A duplicate's names no request digest: the first
+    copy's result answers the request."""
+    request = message.request
     status = status_of(err, Status.REJECTED)
+    digest = None if isinstance(err, DuplicateRequest) else message.sha256
     result = InferenceResult(
-        request_id=request.request_id, tenant=request.tenant, priority=request.priority,
+        request_id=request.request_id, request_sha256=digest, tenant=request.tenant,
+        priority=request.priority,
         status=status, error=error_info(err), model=request.model,
         timings=Timings(total_ms=float(max(0, ctx.now_ms - request.issued_at_ms))),
         traceparent=request.traceparent, produced_at_ms=ctx.now_ms)
     audit = audit_record(request, stage=STAGE, decision=status.value, final=True,
-                         at_ms=ctx.now_ms, payload_bytes=size, code=err.code)
+                         at_ms=ctx.now_ms, payload_bytes=message.size, code=err.code)
     return Reject(reply_topic_for(request.reply_to, request.tenant, ctx), result, audit)
 
 
-def oversized(size: int, origin: Origin, err: PayloadTooLarge, ctx: Context) -> Reject:
+def oversized(payload: bytes, origin: Origin, err: PayloadTooLarge, ctx: Context) -> Reject:
     """Rejected unparsed: identity comes from the Kafka key and headers only."""
     request_id = origin.header(REQUEST_ID_HEADER)
     if request_id is None or not valid_id(request_id):
         request_id = fallback_request_id(origin.topic, origin.partition, origin.offset)
     tenant = _tenant_of_key(origin)
     priority = _class_of(origin.topic, ctx)
-    result = InferenceResult(request_id=request_id, tenant=tenant, priority=priority,
+    model = origin.header(MODEL_HEADER)
+    result = InferenceResult(request_id=request_id, request_sha256=request_sha256(payload),
+                             tenant=tenant, priority=priority,
                              status=Status.REJECTED, error=error_info(err),
                              timings=Timings(total_ms=0.0), produced_at_ms=ctx.now_ms)
     audit = AuditRecord(request_id=request_id, stage=STAGE, decision="rejected",
                         final=True, tenant=tenant, priority=priority,
-                        model=origin.header(MODEL_HEADER), error_code=err.code,
-                        payload_bytes=size, at_ms=ctx.now_ms)
+                        model=model if model and valid_model(model) else None,
+                        error_code=err.code, payload_bytes=len(payload), at_ms=ctx.now_ms)
     return Reject(reply_topic_for(None, tenant, ctx), result, audit)
 
 
@@ -233,7 +278,7 @@ def undecodable(payload: bytes, origin: Origin, err: KipError, ctx: Context) -> 
     """A message that is not a valid request: result + final audit + dead letter, the
     result on the reply topic it names if that one is allowed."""
     end = undecodable_ending(payload, origin, err, stage=STAGE, status=Status.REJECTED,
-                             now_ms=ctx.now_ms)
+                             now_ms=ctx.now_ms, answers=request_sha256(payload))
     tenant = end.audit.tenant or _tenant_of_key(origin)
     return Reject(reply_topic_for(end.reply_to, tenant, ctx), end.result, end.audit,
                   end.deadletter)

@@ -13,6 +13,7 @@ quota-levels topic.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import orjson
@@ -20,6 +21,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.errors import QuotaExceeded
+
+
+SKEW_MS = 2_000   # how far ahead of this clock another pipeline's clock may run
 
 
 class Limit(BaseModel):
@@ -104,17 +108,26 @@ def newest_ms(buckets: TenantBuckets) -> int:
     return max((b.at_ms for kinds in buckets.values() for b in kinds.values()), default=-1)
 
 
-def apply_levels(ledger: Ledger):
+def apply_levels(ledger: Ledger, clock=None):
     """Follower callback for the quota-levels topic: keep whichever copy is newer (this
-    process's own records come back too, and must not roll a bucket back)."""
+    process's own records come back too, and must not roll a bucket back). Levels dated
+    ahead of the clock, or not finite and non-negative, raise ``ValueError``."""
     def apply(key: bytes | None, value: bytes | None) -> None:
         if not key or not value:
             return
         tenant, levels = key.decode(), load_levels(orjson.loads(value))
+        now = (clock or _now_ms)()
+        if any(not (math.isfinite(b.tokens) and b.tokens >= 0) or b.at_ms > now + SKEW_MS
+               for kinds in levels.values() for b in kinds.values()):
+            raise ValueError(f"bucket levels of {tenant[:64]} are out of bounds")
         current = ledger.levels.get(tenant)
         if current is None or newest_ms(levels) > newest_ms(current):
             ledger.levels[tenant] = levels
     return apply
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def dump_levels(buckets: TenantBuckets) -> dict:

@@ -23,7 +23,7 @@ class Router:
     def route(self, alias: str) -> tuple[Route, Manifest]:
         target = alias if "@" in alias else self._alias_target(alias)
         if target is None:
-            raise ModelNotFound(f"no model or alias named '{alias}'")
+            raise ModelNotFound(f"no model or alias named '{alias[:128]}'")
         manifest = self._manifests.get(target)
         if manifest is None:
             manifest = self.registry.get(*target.split("@", 1)).manifest
@@ -31,6 +31,14 @@ class Router:
         route = Route(alias=alias, model_name=manifest.name, model_version=manifest.version,
                       artifact_sha256=manifest.artifact_sha256)
         return route, manifest
+
+    def known(self, alias: str | None) -> str:
+        """The model name ``alias`` routes to, or "unknown": a metrics label, which must
+        not take arbitrary values from requests."""
+        try:
+            return self.route(alias)[0].model_name if alias else "unknown"
+        except ModelNotFound:
+            return "unknown"
 
     def _alias_target(self, alias: str) -> str | None:
         now = time.monotonic()

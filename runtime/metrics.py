@@ -28,28 +28,35 @@ MODELS_LOADED = Gauge(
     "kip_models_loaded", "Model versions this worker has loaded, with the execution "
     "provider ONNX Runtime really gave them", ["model", "version", "provider"])
 
+WORK_REFUSED = Counter(
+    "kip_work_refused", "Work items a worker refused before inference (no valid stamp, "
+    "another model's, a reply topic outside the results namespace, inputs the manifest "
+    "does not take), by code", ["model", "code"])
+
 UNUSABLE_RECORDS = Counter(
     "kip_unusable_records", "Records of a followed topic (control, telemetry, quota "
     "levels) that could not be applied and were skipped", ["topic"])
 
 
-def serve(port: int) -> None:
-    """Serve /metrics on ``port`` (0: do nothing)."""
+def serve(port: int, host: str = "127.0.0.1") -> None:
+    """Serve /metrics on ``host``:``port`` (port 0: do nothing)."""
     if port:
-        start_http_server(port, addr="0.0.0.0")
+        start_http_server(port, addr=host)
 
 
-def count_outcome(stage: str, audit: AuditRecord) -> None:
+def count_outcome(stage: str, audit: AuditRecord, model: str) -> None:
     """Count one decision of ``stage`` by its audit record: every request a stage ends or
-    forwards has exactly one, so both stages count the same way."""
+    forwards has exactly one, so both stages count the same way. ``model`` is the label,
+    a name the caller vouches for (a model it knows, or "unknown"): label values never
+    come from what a sender wrote, or one sender could grow /metrics without bound."""
     REQUESTS.labels(stage, audit.decision, audit.error_code or "", audit.priority or "",
-                    audit.model_name or audit.model or "").inc()
+                    model).inc()
 
 
-def observe_latency(result: InferenceResult) -> None:
-    """End-to-end, queue and batch-wait latency of a terminal result."""
+def observe_latency(result: InferenceResult, model: str) -> None:
+    """End-to-end, queue and batch-wait latency of a terminal result of ``model``."""
     t = result.timings
-    labels = (result.priority or "", result.model_name or "")
+    labels = (result.priority or "", model)
     LATENCY.labels("end_to_end", *labels).observe(t.total_ms / 1000)
     if t.queue_ms is not None:
         LATENCY.labels("queue", *labels).observe(t.queue_ms / 1000)

@@ -14,8 +14,11 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from runtime import keys
+from schemas.stamps import StampKeys
 from topics.clients import KafkaConnection, SaslMechanism, SecurityProtocol
 from topics.names import TopicNames
+from topics.outputs import Sealing
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
@@ -30,6 +33,19 @@ class KipSettings(BaseSettings):
     registry_dir: Path = Field(None, description="model registry root (default "
                                "$KIP_HOME/registry)", validate_default=False)
     metrics_port: int = Field(0, description="Prometheus port; 0 = do not serve")
+    metrics_host: str = Field("127.0.0.1", description="address /metrics listens on "
+                              "(0.0.0.0: every interface, for a scraper on another host)")
+    stamp_keys_file: Path = Field(None, description="work-item stamp key ring, shared by "
+                                  "pipeline and workers (default $KIP_HOME/keys/"
+                                  "stamp-keys.json)", validate_default=False)
+    result_signing_key_file: Path = Field(
+        None, description="Ed25519 key that signs every result (default $KIP_HOME/keys/"
+        "result-signing.json)", validate_default=False)
+    result_public_keys_file: Path = Field(
+        None, description="public keys clients check results with (default "
+        "$KIP_HOME/keys/result-public.json)", validate_default=False)
+    deadletter_payloads: bool = Field(False, description="dead letters keep the first 64 KiB "
+                                      "of the payload (else only its size and sha256)")
     log_level: LogLevel = Field("WARNING", description="log level of every process")
     debug: bool = Field(False, description="the CLI shows tracebacks instead of one line")
     profile_dir: Path | None = Field(None, description="developers: the CLI writes a "
@@ -40,7 +56,26 @@ class KipSettings(BaseSettings):
         """Paths left unset live under ``home``."""
         if self.registry_dir is None:
             self.registry_dir = self.home / "registry"
+        keys = self.home / "keys"
+        for name, default in (("stamp_keys_file", "stamp-keys.json"),
+                              ("result_signing_key_file", "result-signing.json"),
+                              ("result_public_keys_file", "result-public.json")):
+            if getattr(self, name) is None:
+                setattr(self, name, keys / default)
         return self
+
+    def sealing(self) -> Sealing:
+        """How this process's outputs become records (signed results, dead letters)."""
+        return Sealing(keys.signing_key(self.result_signing_key_file).signer(),
+                       self.deadletter_payloads)
+
+    def stamp_keys(self) -> StampKeys:
+        return keys.stamp_keys(self.stamp_keys_file)
+
+    def ensure_keys(self) -> list[Path]:
+        """Make the deployment key files that are missing (``kip keys init``)."""
+        return keys.ensure_keys(self.stamp_keys_file, self.result_signing_key_file,
+                                self.result_public_keys_file)
 
     @property
     def names(self) -> TopicNames:

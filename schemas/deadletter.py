@@ -1,17 +1,23 @@
-"""Dead-letter records for messages kip could not use, and what can be read off them."""
+"""Dead-letter records for messages kip could not use, and what can be read off them.
+
+A record is built with the first 64 KiB of the payload; ``topics.outputs.Sealing`` drops
+them before it is written unless the operator keeps payloads. Its size and sha256 stay.
+"""
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
 
 import orjson
 
 from schemas.errors import KipError
-from schemas.messages import ID_PATTERN, DeadLetterRecord
+from schemas.messages import ID_PATTERN, MODEL_PATTERN, DeadLetterRecord
 
 PAYLOAD_KEPT_BYTES = 64 * 1024
 _ID = re.compile(ID_PATTERN)
+_MODEL = re.compile(MODEL_PATTERN)
 
 
 def dead_letter(payload: bytes, topic: str, partition: int, offset: int, err: KipError,
@@ -20,7 +26,8 @@ def dead_letter(payload: bytes, topic: str, partition: int, offset: int, err: Ki
         origin_topic=topic, origin_partition=partition, origin_offset=offset,
         error_code=err.code, reason=err.message, request_id=hints(payload).get("request_id"),
         payload_b64=base64.b64encode(payload[:PAYLOAD_KEPT_BYTES]).decode(),
-        payload_bytes=len(payload), at_ms=now_ms)
+        payload_sha256=hashlib.sha256(payload).hexdigest(), payload_bytes=len(payload),
+        at_ms=now_ms)
 
 
 def hints(payload: bytes) -> dict[str, str]:
@@ -40,6 +47,10 @@ def hints(payload: bytes) -> dict[str, str]:
 
 def valid_id(value: str) -> bool:
     return bool(_ID.match(value))
+
+
+def valid_model(value: str) -> bool:
+    return bool(_MODEL.match(value))
 
 
 def fallback_request_id(topic: str, partition: int, offset: int) -> str:

@@ -41,6 +41,13 @@ class Forbidden(KipError):
     code = "FORBIDDEN"
 
 
+class DuplicateRequest(KipError):
+    """The tenant's request id was already admitted within the replay window: the first
+    message's result is its answer, and the copy is neither run nor charged."""
+
+    code = "DUPLICATE_REQUEST"
+
+
 class ModelNotFound(KipError):
     """The alias resolves to no model version in the registry."""
 
@@ -88,8 +95,9 @@ class Internal(KipError):
 
 _BY_CODE: dict[str, type[KipError]] = {
     cls.code: cls
-    for cls in (InvalidRequest, Unauthenticated, Forbidden, ModelNotFound, DeadlineExceeded,
-                PayloadTooLarge, QuotaExceeded, Overloaded, InferenceFailed, Internal)
+    for cls in (InvalidRequest, Unauthenticated, Forbidden, DuplicateRequest, ModelNotFound,
+                DeadlineExceeded, PayloadTooLarge, QuotaExceeded, Overloaded, InferenceFailed,
+                Internal)
 }
 
 ERROR_CODES: tuple[str, ...] = tuple(sorted(_BY_CODE))

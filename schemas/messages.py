@@ -8,7 +8,7 @@ Times are integer Unix milliseconds (``*_ms``); durations are float milliseconds
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,9 +17,12 @@ from schemas.tensors import Tensor
 SCHEMA_VERSION = 1
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"   # request ids, tenants, key ids
 _ID = ID_PATTERN
-_MODEL = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}(@[0-9a-f]{1,64})?$"
+MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}(@[0-9a-f]{1,64})?$"
+_MODEL = MODEL_PATTERN
 _TRACEPARENT = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 _TOPIC = r"^[A-Za-z0-9._\-]{1,249}$"
+_SHA256 = r"^[0-9a-f]{64}$"
+MAX_MS = 2**53 - 1   # the largest integer every JSON reader holds exactly (year 287396)
 
 
 # Request classes, highest first: the one place that defines their order. (A comment,
@@ -65,10 +68,11 @@ class InferenceRequest(Message):
     tenant: str = Field(pattern=_ID)
     key_id: str = Field(pattern=_ID)
     signature: str = Field(pattern=r"^[0-9a-f]{64}$", description="hex HMAC-SHA256")
-    issued_at_ms: int = Field(ge=0)
+    issued_at_ms: int = Field(ge=0, le=MAX_MS)
     priority: Priority
     model: str = Field(pattern=_MODEL, description="model alias, or name@version to pin")
-    deadline_ms: int | None = Field(default=None, ge=0, description="absolute Unix ms")
+    deadline_ms: int | None = Field(default=None, ge=0, le=MAX_MS,
+                                    description="absolute Unix ms")
     reply_to: str | None = Field(default=None, pattern=_TOPIC)
     traceparent: str | None = Field(default=None, pattern=_TRACEPARENT)
     inputs: list[Tensor] = Field(min_length=1, max_length=64)
@@ -80,8 +84,15 @@ class Route(Message):
     alias: str
     model_name: str
     model_version: str
-    artifact_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    artifact_sha256: str = Field(pattern=_SHA256)
     fallback_from: str | None = Field(None, description="the overloaded model it replaced")
+
+
+class WorkStamp(Message):
+    """The pipeline's proof that it admitted a work item (schemas/stamps.py)."""
+
+    key_id: str = Field(pattern=_ID)
+    mac: str = Field(pattern=_SHA256, description="hex HMAC-SHA256")
 
 
 class WorkItem(Message):
@@ -95,6 +106,9 @@ class WorkItem(Message):
     reply_to: str | None = Field(default=None, pattern=_TOPIC, description=(
         "where the result goes, as the pipeline resolved it: the request's reply_to, or "
         "its tenant's own reply topic, or the shared results topic"))
+    request_sha256: str | None = Field(default=None, pattern=_SHA256, description=(
+        "sha256 of the request message as the producer sent it"))
+    stamp: WorkStamp | None = None
 
 
 class ErrorInfo(Message):
@@ -120,6 +134,9 @@ class InferenceResult(Message):
 
     schema_version: Literal[1] = SCHEMA_VERSION
     request_id: str
+    request_sha256: str | None = Field(default=None, description=(
+        "sha256 of the request message this result answers; absent when it answers none "
+        "(a duplicate, or a message kip could not trust)"))
     tenant: str | None = None
     priority: Priority | None = None
     status: Status
@@ -168,9 +185,17 @@ class DeadLetterRecord(Message):
     error_code: str
     reason: str
     request_id: str | None = None
-    payload_b64: str = Field(description="the original bytes, base64, cut at 64 KiB")
+    payload_b64: str | None = Field(default=None, description=(
+        "the original bytes, base64, cut at 64 KiB: only where the operator keeps payloads"))
+    payload_sha256: str | None = Field(default=None, pattern=_SHA256)
     payload_bytes: int
     at_ms: int
+
+
+# Bounds of believable telemetry: a value past them is a bug or a lie, and is dropped
+# (one worker process serving a million requests a second is neither).
+MAX_REQUESTS_PER_S = 1e6
+MAX_BACKLOG = 10**9
 
 
 class WorkerTelemetry(Message):
@@ -181,10 +206,12 @@ class WorkerTelemetry(Message):
     model: str
     versions: list[str]
     provider: str
-    requests_per_s: float = Field(ge=0, description="measured while busy, EWMA; 0 = unknown")
-    backlog: dict[Priority, int] = Field(description="requests waiting per class")
-    memory_rss_bytes: int
-    at_ms: int
+    requests_per_s: float = Field(ge=0, le=MAX_REQUESTS_PER_S,
+                                  description="measured while busy, EWMA; 0 = unknown")
+    backlog: dict[Priority, Annotated[int, Field(ge=0, le=MAX_BACKLOG)]] = Field(
+        description="requests waiting per class")
+    memory_rss_bytes: int = Field(ge=0)
+    at_ms: int = Field(ge=0, le=MAX_MS)
 
 
 def output_array(result: InferenceResult, name: str):

@@ -61,17 +61,19 @@ def audit_record(request: InferenceRequest, *, stage: Stage, decision: str, fina
 
 
 def undecodable(payload: bytes, origin: Coordinates, err: KipError, *, stage: Stage,
-                status: Status, now_ms: int) -> Undecodable:
+                status: Status, now_ms: int, answers: str | None = None) -> Undecodable:
     """Result, final audit record and dead letter for a message that does not decode.
 
     The result goes out under the request id read off the payload when it is well
     formed, else under ``undecodable.<topic>.<partition>.<offset>``, which a producer
-    can compute from its own send metadata.
+    can compute from its own send metadata. ``answers``: the request digest the result
+    names (the pipeline's: the message's sha256; a worker's: none).
     """
     found = hints(payload)
     request_id = found.get("request_id") or fallback_request_id(
         origin.topic, origin.partition, origin.offset)
-    result = InferenceResult(request_id=request_id, status=status, error=error_info(err),
+    result = InferenceResult(request_id=request_id, request_sha256=answers, status=status,
+                             error=error_info(err),
                              timings=Timings(total_ms=0.0), produced_at_ms=now_ms)
     audit = AuditRecord(request_id=request_id, stage=stage, decision=status.value,
                         final=True, tenant=found.get("tenant"), error_code=err.code,

@@ -18,7 +18,7 @@ import binascii
 import hashlib
 import math
 from functools import cached_property
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -39,6 +39,7 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
 }
 _DATATYPE_OF_KIND = {v.str: k for k, v in NUMPY_DTYPES.items()}
 _MAX_DIMS = 8
+_MAX_DIM = 2**31 - 1
 
 
 class Tensor(BaseModel):
@@ -48,7 +49,7 @@ class Tensor(BaseModel):
 
     name: str = Field(min_length=1, max_length=128)
     datatype: Datatype
-    shape: list[int] = Field(max_length=_MAX_DIMS)
+    shape: list[Annotated[int, Field(ge=0, le=_MAX_DIM)]] = Field(max_length=_MAX_DIMS)
     data: list[Any] | None = None
     raw: str | None = Field(default=None, description="base64 of little-endian bytes")
 
@@ -56,8 +57,6 @@ class Tensor(BaseModel):
     def _check(self) -> Tensor:
         if (self.data is None) == (self.raw is None):
             raise ValueError("a tensor carries exactly one of 'data' or 'raw'")
-        if any(d < 0 for d in self.shape):
-            raise ValueError("shape dimensions must be >= 0")
         self.array  # noqa: B018 - decoding is the validation
         return self
 

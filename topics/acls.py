@@ -116,7 +116,8 @@ def _pipeline(names: TopicNames) -> set[Acl]:
         acls |= _grant(p, TOPIC, topic, (R, D))
     for topic in (names.audit, names.deadletter):
         acls |= _grant(p, TOPIC, topic, (W, D))
-    acls |= _grant(p, TOPIC, names.quota_levels, (R, W, D))
+    for topic in [names.quota_levels] + [names.admitted(c) for c in PRIORITIES]:
+        acls |= _grant(p, TOPIC, topic, (R, W, D))
     acls |= _grant(p, TOPIC, f"{names.prefix}.work.", (W, D), PREFIXED)
     acls |= _grant(p, TOPIC, names.results, (W, D), PREFIXED)   # and every reply topic
     acls |= _grant(p, GROUP, own, (R, D), PREFIXED)

@@ -8,6 +8,8 @@ from schemas.messages import PRIORITIES
 from topics.names import TopicNames
 
 DAY_MS = 24 * 3600 * 1000
+# Kept well past any replay window a deployment would set (the default is 5 minutes).
+ADMITTED_RETENTION_MS = 6 * 3600 * 1000
 # The largest record on any kip topic. The broker's message.max.bytes, the producers'
 # max_request_size and the consumers' fetch sizes are all derived from it, so that they agree.
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
@@ -38,6 +40,10 @@ def catalogue(names: TopicNames, models: list[str], partitions: int = 3,
     specs = [TopicSpec(names.requests(p), partitions, "tenant",
                        f"inference requests of class {p.value}", _delete(DAY_MS))
              for p in PRIORITIES]
+    specs += [TopicSpec(names.admitted(p), partitions, "input partition",
+                        f"request ids admitted from {names.requests(p)}, partition by "
+                        "partition (replay protection)", _delete(ADMITTED_RETENTION_MS))
+              for p in PRIORITIES]
     specs += [TopicSpec(names.work(m, p), partitions, "request id",
                         f"admitted {p.value} requests routed to model {m}", _delete(DAY_MS))
               for m in models for p in PRIORITIES]

@@ -28,6 +28,20 @@ class TopicNames:
         """A tenant's own reply topic: its results by default, readable by it alone."""
         return f"{self.results}.{tenant}"
 
+    def is_reply_topic(self, name: str | None) -> bool:
+        """Whether ``name`` is inside the results namespace (``<results>`` or
+        ``<results>.<suffix>``): the only topics kip writes results to."""
+        results = self.results
+        return name is not None and (name == results or (
+            name.startswith(results + ".") and len(name) > len(results) + 1))
+
+    def owned_reply_topic(self, name: str, tenant: str) -> bool:
+        """Whether reply topic ``name`` belongs to ``tenant``: its own reply topic, or one
+        below it (``<results>.<tenant>.<suffix>``). The shared results topic belongs to
+        every tenant (it is where results go when a tenant has no topic of its own)."""
+        own = self.reply_topic(tenant)
+        return name in (self.results, own) or name.startswith(own + ".")
+
     @property
     def audit(self) -> str:
         return f"{self.prefix}.audit"
@@ -39,6 +53,11 @@ class TopicNames:
     @property
     def control(self) -> str:
         return f"{self.prefix}.control"
+
+    def admitted(self, priority: Priority | str) -> str:
+        """The ids the pipeline admitted from ``requests(priority)``, partition by
+        partition: what replay protection rebuilds from (pipeline/replays.py)."""
+        return f"{self.prefix}.admitted.{Priority(priority).value}"
 
     @property
     def quota_levels(self) -> str:

@@ -1,5 +1,10 @@
 """What a stage writes, and where: messages addressed to topics, and the Kafka records
-they become inside a transaction (``topics.transactions``)."""
+they become inside a transaction (``topics.transactions``).
+
+``Sealing`` is how a stage's messages become records: every result signed
+(schemas/result_signatures.py), and dead letters without the payload they report unless
+the operator keeps payloads (``KIP_DEADLETTER_PAYLOADS``: they may hold prompts).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from typing import NamedTuple
 from schemas.codec import encode, headers
 from schemas.messages import (AuditRecord, DeadLetterRecord, InferenceResult, Message,
                               WorkItem)
+from schemas.result_signatures import ResultSigner
 from topics.names import TopicNames
 
 
@@ -19,6 +25,7 @@ class Record(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: list
+    partition: int | None = None   # None: by key, or any (``any_partition``)
 
 
 @dataclass(frozen=True)
@@ -29,9 +36,26 @@ class Output:
     message: Message
     traceparent: str | None = None
 
-    def record(self) -> Record:
-        return Record(self.topic, key_of(self.message), encode(self.message),
-                      headers(self.message, self.traceparent))
+    def record(self, sealing: Sealing) -> Record:
+        message = sealing.kept(self.message)
+        value = encode(message)
+        extra = [sealing.signer.header(value)] if isinstance(message, InferenceResult) else []
+        return Record(self.topic, key_of(message), value,
+                      headers(message, self.traceparent) + extra)
+
+
+@dataclass(frozen=True)
+class Sealing:
+    """What every record of a stage gets: results a signature; dead letters their payload
+    only where ``keep_payloads``."""
+
+    signer: ResultSigner
+    keep_payloads: bool = False
+
+    def kept(self, message: Message) -> Message:
+        if isinstance(message, DeadLetterRecord) and not self.keep_payloads:
+            return message.model_copy(update={"payload_b64": None})
+        return message
 
 
 def key_of(message: Message) -> bytes:
@@ -54,5 +78,5 @@ def ending(names: TopicNames, reply_to: str, result: InferenceResult, audit: Aud
     return outputs
 
 
-def records(outputs: list[Output]) -> list[Record]:
-    return [o.record() for o in outputs]
+def records(outputs: list[Output], sealing: Sealing) -> list[Record]:
+    return [o.record(sealing) for o in outputs]

@@ -118,11 +118,12 @@ class PartitionTransactions:
         placed: dict[str, int | None] = {}
         try:
             for e in live:
-                for topic, key, value, headers in e.outputs:
-                    if topic not in placed:
+                for topic, key, value, headers, partition in e.outputs:
+                    if partition is None and topic not in placed:
                         placed[topic] = await self._placement(producer, topic)
-                    sent.append(await producer.send(topic, value, key=key, headers=headers,
-                                                    partition=placed[topic]))
+                    sent.append(await producer.send(
+                        topic, value, key=key, headers=headers,
+                        partition=placed.get(topic) if partition is None else partition))
             await producer.send_offsets_to_transaction({tp: live[-1].offset + 1},
                                                        self.group_id)
             await producer.commit_transaction()
@@ -136,6 +137,11 @@ class PartitionTransactions:
         if not self.any_partition(topic):
             return None
         return random.choice(sorted(await producer.partitions_for(topic)))
+
+    async def claim(self, tp: TopicPartition) -> None:
+        """Take ``tp`` over now: fence its previous owner (the broker aborts that owner's
+        open transaction) before reading state that owner may have been writing."""
+        await self._producer(tp)
 
     async def _producer(self, tp: TopicPartition) -> AIOKafkaProducer:
         """The partition's producer; a new one fences older owners and reads the floor."""

@@ -1,5 +1,7 @@
-"""Every record of one class of a batch, answered: decoded, run per model version, and
-turned into outputs (a result and an audit record each; a dead letter for poison)."""
+"""Every record of one class of a batch, answered: decoded, checked (workers/checks.py),
+run per model version, and turned into outputs (a result and an audit record each; a dead
+letter for poison and for work items that fail a check). Nothing a record holds can
+raise out of here: whatever goes wrong ends that record, not the worker."""
 
 from __future__ import annotations
 
@@ -12,11 +14,13 @@ from aiokafka.structs import ConsumerRecord
 
 from runtime import metrics
 from schemas.codec import decode
-from schemas.errors import DeadlineExceeded, InvalidRequest, KipError
+from schemas.errors import DeadlineExceeded, Internal, InvalidRequest, KipError
 from schemas.messages import WorkItem
+from schemas.stamps import StampKeys, check_stamp
 from topics.names import TopicNames
 from topics.outputs import Output
 from workers.batching import ChunkRun, group_by, run_group
+from workers.checks import check_addressed, check_inputs
 from workers.outcome import Stamps, poisoned, terminal_outputs, undecodable
 from workers.session import ModelSession, Sessions
 
@@ -28,9 +32,11 @@ _EXPIRED = DeadlineExceeded("the deadline passed before inference started")
 
 @dataclass
 class Answering:
-    """What answering needs: the loaded sessions, the lane's inference thread, the rows
-    per inference call, and where outputs go."""
+    """What answering needs: the model served, the stamp keys, the loaded sessions, the
+    lane's inference thread, the rows per inference call, and where outputs go."""
 
+    model: str
+    keys: StampKeys
     sessions: Sessions
     executor: Executor
     chunk: int
@@ -43,25 +49,63 @@ async def answer(records: list[ConsumerRecord], pulled_ms: float, how: Answering
     pairs: list[Pair] = []
     for record in records:
         try:
-            pairs.append((record, decode(WorkItem, record.value)))
-        except InvalidRequest as err:
-            answers[id(record)] = undecodable(record, err, how.names)
-    versions = group_by(pairs, lambda p: (p[1].route.model_name, p[1].route.model_version))
-    for (name, version), group in versions.items():
-        answers |= await _answer_version(name, version, group, pulled_ms, how)
+            pairs.append((record, _trusted(record, pulled_ms, how)))
+        except _Refused as refused:
+            answers[id(record)] = refused.outputs
+    versions = group_by(pairs, lambda p: p[1].route.model_version)
+    for version, group in versions.items():
+        answers |= await _answer_version(version, group, pulled_ms, how)
     return answers
 
 
-async def _answer_version(name: str, version: str, group: list[Pair], pulled_ms: float,
+class _Refused(Exception):
+    def __init__(self, outputs: list[Output]) -> None:
+        self.outputs = outputs
+
+
+def _trusted(record: ConsumerRecord, pulled_ms: float, how: Answering) -> WorkItem:
+    """The record's work item, if it decodes, carries a valid stamp and is addressed to
+    this worker; else raise ``_Refused`` with its ending (an unstamped item's result
+    names no request digest: it answers nothing a client sent)."""
+    try:
+        item = decode(WorkItem, record.value)
+    except InvalidRequest as err:
+        raise _Refused(undecodable(record, err, how.names)) from None
+    except Exception as exc:   # a defect: still one ending, and the worker goes on
+        log.exception("decoding a work item raised")
+        raise _Refused(undecodable(record, InvalidRequest(f"undecodable: {exc!r}"[:200]),
+                                   how.names)) from None
+    stamped = False
+    try:
+        check_stamp(item, how.keys)
+        stamped = True
+        check_addressed(item, how.model, how.names)
+    except KipError as err:
+        metrics.WORK_REFUSED.labels(how.model, err.code).inc()
+        raise _Refused(poisoned(record, item, Stamps(pulled_ms), how.names, err,
+                                trusted=stamped)) from None
+    return item
+
+
+async def _answer_version(version: str, group: list[Pair], pulled_ms: float,
                           how: Answering) -> Answers:
     try:
-        session = await how.sessions.get(name, version, how.executor)
-    except KipError as err:
+        session = await how.sessions.get(how.model, version, how.executor)
+    except Exception as exc:   # a version that cannot load ends its requests, not the worker
+        err = exc if isinstance(exc, KipError) else Internal(f"loading {version}: {exc!r}")
         return {id(r): terminal_outputs(i, Stamps(pulled_ms), how.names, error=err)
                 for r, i in group}
-    runs = await run_group(how.executor, partial(_run_session, session), group, how.chunk,
-                           _deadline)
     answers: Answers = {}
+    runnable: list[Pair] = []
+    for record, item in group:
+        try:
+            check_inputs(item, session.manifest)
+            runnable.append((record, item))
+        except Exception as err:   # a check that raised anything else is a kip defect
+            metrics.WORK_REFUSED.labels(how.model, getattr(err, "code", "INTERNAL")).inc()
+            answers[id(record)] = poisoned(record, item, Stamps(pulled_ms), how.names, err)
+    runs = await run_group(how.executor, partial(_run_session, session), runnable, how.chunk,
+                           _deadline)
     for run in runs:
         answers |= _outputs_of(run, session, pulled_ms, how.names)
     return answers

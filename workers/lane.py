@@ -29,7 +29,7 @@ from aiokafka.structs import ConsumerRecord
 from runtime import metrics
 from schemas.messages import AuditRecord, InferenceResult
 from topics.catalogue import MAX_MESSAGE_BYTES
-from topics.outputs import Output, records
+from topics.outputs import Output, Sealing, records
 from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
 from workers.batching import group_by
 from workers.settings import WorkerSettings
@@ -40,9 +40,11 @@ BACKGROUND_NICE = 10
 @dataclass
 class Lane:
     name: str
+    model: str
     consumer: AIOKafkaConsumer
     executor: ThreadPoolExecutor
     transactions: PartitionTransactions
+    sealing: Sealing
     busy: asyncio.Lock = field(default_factory=asyncio.Lock)
     committing: list[asyncio.Task] = field(default_factory=list)
 
@@ -56,12 +58,12 @@ class Lane:
         commit: its new owner answers those records, and we do not count them."""
         groups = group_by(batch, lambda r: TopicPartition(r.topic, r.partition))
         done = await asyncio.gather(*(
-            self.transactions.commit(tp, [Entry(r.offset, records(answers[id(r)]))
-                                          for r in rs])
+            self.transactions.commit(
+                tp, [Entry(r.offset, records(answers[id(r)], self.sealing)) for r in rs])
             for tp, rs in groups.items()))
         for rs, committed in zip(groups.values(), done):
             for r in rs if committed else ():
-                _observe(answers[id(r)])
+                _observe(answers[id(r)], self.model)
 
     async def settle(self) -> None:
         """Wait for the transactions in flight; raise what they raised (a defect: Kafka
@@ -83,7 +85,8 @@ class Lane:
         self.executor.shutdown(wait=True)
 
 
-def open_lane(settings: WorkerSettings, model: str, name: str, topics: list[str]) -> Lane:
+def open_lane(settings: WorkerSettings, model: str, name: str, topics: list[str],
+              sealing: Sealing) -> Lane:
     """A lane (its consumer not started) subscribed to ``topics``. ``name`` is
     "interactive", or "" for the standard/batch lane."""
     group = settings.names.worker_group(model, name)
@@ -100,7 +103,7 @@ def open_lane(settings: WorkerSettings, model: str, name: str, topics: list[str]
     executor = (ThreadPoolExecutor(1, thread_name_prefix="kip-infer") if name else
                 ThreadPoolExecutor(1, thread_name_prefix="kip-infer-background",
                                    initializer=_lower_thread_priority))
-    lane = Lane(name or "background", consumer, executor, transactions)
+    lane = Lane(name or "background", model, consumer, executor, transactions, sealing)
     consumer.subscribe(topics, listener=_Revocations(lane))
     return lane
 
@@ -123,13 +126,13 @@ class _Revocations(ConsumerRebalanceListener):
         pass
 
 
-def _observe(outputs: list[Output]) -> None:
+def _observe(outputs: list[Output], model: str) -> None:
     """Count a committed request once, by its final audit record, with its latencies."""
     for output in outputs:
         if isinstance(output.message, AuditRecord):
-            metrics.count_outcome("worker", output.message)
+            metrics.count_outcome("worker", output.message, model)
         elif isinstance(output.message, InferenceResult):
-            metrics.observe_latency(output.message)
+            metrics.observe_latency(output.message, model)
 
 
 def _lower_thread_priority() -> None:

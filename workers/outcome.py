@@ -31,11 +31,16 @@ class Stamps:
 
 
 def terminal(item: WorkItem, stamps: Stamps, now_ms: int, outputs: list[Tensor] | None = None,
-             error: KipError | None = None) -> tuple[InferenceResult, AuditRecord]:
+             error: KipError | None = None, trusted: bool = True
+             ) -> tuple[InferenceResult, AuditRecord]:
+    """Result and final audit record. A result names the request digest only for a
+    ``trusted`` (stamped) item: any other answers no request a client sent."""
     request, route = item.request, item.route
     status = status_of(error, Status.FAILED)
     result = InferenceResult(
-        request_id=request.request_id, tenant=request.tenant, priority=request.priority,
+        request_id=request.request_id,
+        request_sha256=item.request_sha256 if trusted else None,
+        tenant=request.tenant, priority=request.priority,
         status=status, error=error and error_info(error),
         model=request.model, model_name=route.model_name, model_version=route.model_version,
         artifact_sha256=route.artifact_sha256, fallback_from=route.fallback_from,
@@ -68,19 +73,20 @@ def terminal_outputs(item: WorkItem, stamps: Stamps, names: TopicNames,
 
 
 def poisoned(record: ConsumerRecord, item: WorkItem, stamps: Stamps, names: TopicNames,
-             exc: Exception) -> list[Output]:
-    """A request whose inference failed on its own: failed result plus dead letter."""
+             exc: Exception, trusted: bool = True) -> list[Output]:
+    """A work item that failed a check, or whose inference failed on its own: a failed
+    result, the final audit record and a dead letter."""
     err = exc if isinstance(exc, KipError) else Internal(f"{type(exc).__name__}: {exc}")
     now = codec.now_ms()
-    result, audit = terminal(item, stamps, now, error=err)
+    result, audit = terminal(item, stamps, now, error=err, trusted=trusted)
     dead = dead_letter(record.value, record.topic, record.partition, record.offset, err, now)
     return ending(names, reply_topic(item, names), result, audit, dead)
 
 
 def reply_topic(item: WorkItem, names: TopicNames) -> str:
-    """Where the pipeline said the result goes (work items from before it said so: the
-    request's reply_to, else the shared results topic)."""
-    return item.reply_to or item.request.reply_to or names.results
+    """Where the pipeline said the result goes, if that is a reply topic; else the
+    shared results topic (kip writes results nowhere else)."""
+    return item.reply_to if names.is_reply_topic(item.reply_to) else names.results
 
 
 def undecodable(record: ConsumerRecord, err: InvalidRequest, names: TopicNames

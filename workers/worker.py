@@ -41,6 +41,8 @@ class Worker:
         self.model = self.served.name
         self.sessions = Sessions(registry, settings.device, settings.intra_op_threads,
                                  settings.assume_gpu)
+        self.stamp_keys = settings.stamp_keys()
+        self.sealing = settings.sealing()
         self.topic_class = {settings.names.work(self.model, p): p for p in PRIORITIES}
         self.id = worker_id(self.model)
         self.throughput = Throughput()
@@ -53,9 +55,9 @@ class Worker:
             return
         work = {p: t for t, p in self.topic_class.items()}
         self.lanes = [open_lane(self.settings, self.model, "interactive",
-                                [work[Priority.INTERACTIVE]]),
+                                [work[Priority.INTERACTIVE]], self.sealing),
                       open_lane(self.settings, self.model, "",
-                                [work[Priority.STANDARD], work[Priority.BATCH]])]
+                                [work[Priority.STANDARD], work[Priority.BATCH]], self.sealing)]
         await self.sessions.get(self.model, self.served.version, self.lanes[0].executor)
         self.producer = self.settings.kafka.producer(client_id=f"kip-worker-{self.model}")
         await self.producer.start()
@@ -126,7 +128,8 @@ class Worker:
         for n, (priority, records) in enumerate(by_class(batch, self.topic_class)):
             chunk = (len(records) if priority == Priority.INTERACTIVE
                      else self.settings.background_max_batch)
-            how = Answering(self.sessions, lane.executor, chunk, self.settings.names)
+            how = Answering(self.model, self.stamp_keys, self.sessions, lane.executor, chunk,
+                            self.settings.names)
             answers = await answer(records, pulled, how)
             inferred += sum(ran_inference(outputs) for outputs in answers.values())
             if n == 0:
@@ -151,6 +154,6 @@ class Worker:
 
 async def run(settings: WorkerSettings) -> None:
     """Run one worker until cancelled (SIGINT/SIGTERM in ``kip worker``)."""
-    metrics.serve(settings.metrics_port)
+    metrics.serve(settings.metrics_port, settings.metrics_host)
     async with Worker(settings) as worker:
         await worker.wait()

@@ -16,7 +16,10 @@ from devkit.broker import free_port
 from devkit.stack import DevStack, tenant_credentials
 from kip.client import KipClient
 from pipeline.access import AccessConfig, ApiKey, TenantPolicy
-from schemas import AuditRecord, DeadLetterRecord, InferenceResult, decode
+from schemas import AuditRecord, DeadLetterRecord, InferenceResult, Route, WorkItem, decode
+from schemas.codec import encode, now_ms
+from schemas.result_signatures import request_sha256
+from schemas.stamps import stamped
 from topics.clients import KafkaConnection
 from topics.reading import assign_all, reached
 
@@ -82,7 +85,8 @@ def client_for(s: DevStack, tenant: str | None = None, key_id: str = "acme-k1",
     tenant = tenant or TENANT_OF.get(key_id, "acme")
     return KipClient(s.client_bootstrap, tenant=tenant, key_id=key_id,
                      secret=secret or SECRETS.get(key_id, "x"), topic_prefix=s.prefix,
-                     reply_to=reply_to, **tenant_credentials(s, tenant))
+                     reply_to=reply_to, result_keys=s.result_keys(),
+                     **tenant_credentials(s, tenant))
 
 
 async def publish_as(s: DevStack, user: str, topic: str, value: bytes | None,
@@ -94,6 +98,21 @@ async def publish_as(s: DevStack, user: str, topic: str, value: bytes | None,
         return await producer.send_and_wait(topic, value, key=key, headers=headers)
     finally:
         await producer.stop()
+
+
+def work_item(s: DevStack, request, stamp: bool = True, **fields) -> WorkItem:
+    """A digits work item for ``request`` as the pipeline would write it (``fields``
+    override), stamped with the stack's key unless ``stamp`` is False."""
+    version = s.registry.aliases()["digits"].split("@")[1]
+    manifest = s.registry.get("digits", version).manifest
+    item = WorkItem(**({"request": request, "routed_at_ms": now_ms(),
+                        "deadline_ms": now_ms() + 30_000,
+                        "reply_to": s.names.reply_topic(request.tenant),
+                        "request_sha256": request_sha256(encode(request)),
+                        "route": Route(alias="digits", model_name="digits",
+                                       model_version=version,
+                                       artifact_sha256=manifest.artifact_sha256)} | fields))
+    return stamped(item, s.settings.stamp_keys()) if stamp else item
 
 
 async def read_topic(kafka: KafkaConnection, topic: str) -> list:

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from kip.tenants import set_quota
-from schemas import Status, WorkItem, encode
+from schemas import Status, encode
 from schemas.codec import headers, now_ms
-from schemas.messages import Route, WorkerTelemetry
-from tests.e2e.conftest import client_for, publish_as
+from schemas.messages import WorkerTelemetry
+from tests.e2e.conftest import client_for, publish_as, work_item
 
 pytestmark = pytest.mark.broker
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
@@ -80,7 +80,7 @@ def test_oversized_payloads_are_rejected_unparsed_and_memory_stays_flat(stack):
             futures = []
             for i in range(n):
                 rid = f"big-{n}-{i}"
-                futures.append(kip.expect(rid))
+                futures.append(kip.expect(rid, payload))
                 await kip._producer.send(topic, payload, key=b"acme",
                                          headers=[("kip-request-id", rid.encode())])
             return await asyncio.wait_for(asyncio.gather(*futures), 300)
@@ -107,14 +107,9 @@ def test_a_request_that_expired_in_the_queue_is_not_inferred(stack):
     async def go():
         async with client_for(stack) as kip:
             request = kip.request("digits", PIXELS)
-            version = stack.registry.aliases()["digits"].split("@")[1]
-            manifest = stack.registry.get("digits", version).manifest
-            item = WorkItem(request=request, routed_at_ms=now_ms() - 5000,
-                            deadline_ms=now_ms() - 1000, reply_to=kip.listening_on,
-                            route=Route(alias="digits", model_name="digits",
-                                        model_version=version,
-                                        artifact_sha256=manifest.artifact_sha256))
-            fut = kip.expect(request.request_id)
+            item = work_item(stack, request, routed_at_ms=now_ms() - 5000,
+                             deadline_ms=now_ms() - 1000, reply_to=kip.listening_on)
+            fut = kip.expect(request.request_id, encode(request))
             await publish_as(stack, "pipeline", kip.names.work("digits", "standard"),
                              encode(item), key=request.request_id.encode(),
                              headers=headers(item))

@@ -39,7 +39,7 @@ def secured(request, secure_broker, registry, tmp_path_factory):
 def _client(stack: DevStack, key_id: str = "acme-k1", **kafka) -> KipClient:
     tenant, secret = KEYS[key_id]
     return KipClient(stack.client_bootstrap, tenant=tenant, key_id=key_id, secret=secret,
-                     topic_prefix=stack.prefix,
+                     topic_prefix=stack.prefix, result_keys=stack.result_keys(),
                      **(kafka or tenant_credentials(stack, tenant)))
 
 
@@ -73,7 +73,8 @@ def test_a_tenant_gets_its_result_over_mtls(secured):
 
     async def go():
         client = KipClient(mtls.bootstrap, tenant="acme", key_id="acme-k1",
-                           secret="acme-secret", topic_prefix=secured.prefix, **options)
+                           secret="acme-secret", topic_prefix=secured.prefix,
+                           result_keys=secured.result_keys(), **options)
         async with client:
             return await client.infer("digits", PIXELS)
     assert asyncio.run(go()).status == Status.OK

@@ -14,8 +14,9 @@ from tests.pipeline.conftest import DIGITS_MANIFEST, NOW_MS, signer
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
 
 
-def _origin(priority="standard", offset=7) -> Origin:
-    return Origin(f"kip.requests.{priority}", 0, offset)
+def _origin(priority="standard", offset=7, tenant="acme") -> Origin:
+    """Where a request of ``tenant`` arrives: keyed by its tenant, as the protocol says."""
+    return Origin(f"kip.requests.{priority}", 0, offset, key=tenant.encode())
 
 
 def _payload(request: InferenceRequest) -> bytes:
@@ -59,7 +60,8 @@ def _rejected(d, code: str, status=Status.REJECTED) -> Reject:
 ])
 def test_rejections_carry_their_code(ctx, build, code):
     request = build()
-    d = _rejected(decide(_payload(request), _origin(request.priority), ctx), code)
+    d = _rejected(decide(_payload(request), _origin(request.priority, tenant=request.tenant),
+                         ctx), code)
     assert d.result.request_id == request.request_id and d.deadletter is None
 
 
@@ -74,9 +76,10 @@ def test_a_past_deadline_expires_at_admission(ctx):
 
 
 def test_replies_go_to_the_requested_results_topic_when_it_exists(ctx):
-    request = signer(reply_to="kip.results.mine").request("nope", PIXELS, issued_at_ms=NOW_MS)
-    with_topic = replace(ctx, topics=ctx.topics | {"kip.results.mine"})
-    assert decide(_payload(request), _origin(), with_topic).reply_to == "kip.results.mine"
+    mine = "kip.results.acme.mine"
+    request = signer(reply_to=mine).request("nope", PIXELS, issued_at_ms=NOW_MS)
+    with_topic = replace(ctx, topics=ctx.topics | {mine})
+    assert decide(_payload(request), _origin(), with_topic).reply_to == mine
     d = _rejected(decide(_payload(request), _origin(), ctx), "INVALID_REQUEST")
     assert d.reply_to == "kip.results" and "does not exist" in d.result.error.message
 

@@ -39,7 +39,7 @@ def test_bytes_tensor_holds_text():
     ({"datatype": "BYTES", "shape": [1], "data": [1]}, "needs strings"),
     ({"datatype": "FP32", "shape": [1]}, "exactly one of"),
     ({"datatype": "FP32", "shape": [1], "data": [1.0], "extra": 1}, "Extra inputs"),
-    ({"datatype": "FP32", "shape": [-1], "data": []}, ">= 0"),
+    ({"datatype": "FP32", "shape": [-1], "data": []}, "greater than or equal to 0"),
 ])
 def test_invalid_tensors_are_rejected_with_a_reason(fields, message):
     with pytest.raises(ValidationError, match=message):

@@ -7,9 +7,12 @@ from schemas.errors import InvalidRequest
 from schemas.messages import InferenceResult, Status
 from schemas.outcomes import Coordinates, undecodable
 from topics.names import TopicNames
-from topics.outputs import ending, records
+from topics.outputs import Sealing, ending, records
+from schemas.result_signatures import ResultKeys, ResultSigningKey
 
 NAMES = TopicNames("t")
+SIGNING_KEY = ResultSigningKey.generate()
+SEALING = Sealing(SIGNING_KEY.signer())
 
 
 def test_an_ending_is_result_audit_and_dead_letter_each_keyed_for_its_reader():
@@ -17,7 +20,7 @@ def test_an_ending_is_result_audit_and_dead_letter_each_keyed_for_its_reader():
                       Coordinates("t.requests.batch", 1, 7), InvalidRequest("bad"),
                       stage="pipeline", status=Status.REJECTED, now_ms=5)
     assert end.reply_to == "t.results.mine"   # read off the payload, not yet trusted
-    out = records(ending(NAMES, NAMES.results, end.result, end.audit, end.deadletter))
+    out = records(ending(NAMES, NAMES.results, end.result, end.audit, end.deadletter), SEALING)
     assert [(r.topic, r.key) for r in out] == [
         ("t.results", b"r-9"), ("t.audit", b"r-9"), ("t.deadletter", b"t.requests.batch")]
     assert decode(InferenceResult, out[0].value).error.code == "INVALID_REQUEST"

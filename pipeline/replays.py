@@ -1,0 +1,142 @@
+"""Replay protection: a tenant's request id is admitted at most once within the replay
+window, however often its message arrives, across restarts and partition moves.
+
+Authentication already refuses a message issued outside the window (``issued_at_ms``),
+so only ids admitted within it need remembering. ``SeenRequests`` holds them per request
+partition: requests are keyed by tenant, so every copy of a tenant's request in a class
+arrives on one partition, and whoever owns that partition decides them all (a message
+keyed by anything else is refused before this check). A copy of an admitted request is
+rejected with DUPLICATE_REQUEST before any quota is charged and is never run.
+
+What a round admits is written, in the same transaction as its outputs and input
+offsets, to ``kip.admitted.<class>`` (same partition number as the request partition).
+A process that is given a partition first fences the previous owner (its open
+transaction is aborted), then reads that partition of the admitted topic over the
+window; only then does it decide the partition's requests. Why not rebuild from the
+request topic itself: it holds every message, admitted or not, and telling which were
+admitted would mean deciding them all again (docs/architecture.md, "Replays").
+
+Only admitted ids count: a rejected request (quota, overload) may be sent again under its
+id, and an unauthenticated message never takes an id from its tenant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import orjson
+from aiokafka import TopicPartition
+
+from runtime import metrics
+from schemas.errors import DuplicateRequest
+from schemas.messages import InferenceRequest
+from topics.clients import KafkaConnection
+from topics.outputs import Record
+from topics.reading import reached
+
+log = logging.getLogger("kip.pipeline")
+Seen = dict[tuple[str, str], int]   # (tenant, request id) -> issued_at_ms
+SWEEP_EVERY_S = 10.0
+MAX_IDS_PER_RECORD = 5000
+
+
+class SeenRequests:
+    """Ids admitted within the window, per request partition, plus what this round has
+    admitted and not yet written."""
+
+    def __init__(self, window_ms: int) -> None:
+        self.window_ms = window_ms
+        self.partitions: dict[TopicPartition, Seen] = {}
+        self.unwritten: dict[TopicPartition, list[list]] = {}
+        self._swept = time.monotonic()
+
+    def check(self, tp: TopicPartition, request: InferenceRequest) -> None:
+        """Raise ``DuplicateRequest`` if ``request``'s id was admitted in the window."""
+        seen = self.partitions.setdefault(tp, {})
+        if (request.tenant, request.request_id) in seen:
+            raise DuplicateRequest(f"request {request.request_id} of tenant "
+                                   f"{request.tenant} was already admitted; its first "
+                                   "result is its answer")
+
+    def admit(self, tp: TopicPartition, request: InferenceRequest) -> None:
+        entry = [request.tenant, request.request_id, request.issued_at_ms]
+        self.partitions.setdefault(tp, {})[(request.tenant, request.request_id)] = \
+            request.issued_at_ms
+        self.unwritten.setdefault(tp, []).append(entry)
+
+    def load(self, tp: TopicPartition, entries: list, now_ms: int) -> None:
+        seen = self.partitions.setdefault(tp, {})
+        for tenant, request_id, issued_at_ms in entries:
+            if issued_at_ms >= now_ms - self.window_ms:
+                seen[(tenant, request_id)] = issued_at_ms
+
+    def drop(self, tp: TopicPartition) -> None:
+        """Forget a partition this process no longer owns."""
+        self.partitions.pop(tp, None)
+        self.unwritten.pop(tp, None)
+
+    def records(self, admitted_topic: str, tp: TopicPartition) -> list[Record]:
+        """What ``tp``'s round admitted, as records for its transaction."""
+        entries = self.unwritten.pop(tp, [])
+        return [Record(admitted_topic, str(tp.partition).encode(),
+                       orjson.dumps({"ids": entries[i:i + MAX_IDS_PER_RECORD]}), [],
+                       tp.partition)
+                for i in range(0, len(entries), MAX_IDS_PER_RECORD)]
+
+    def sweep(self, now_ms: int) -> None:
+        """Forget ids issued before the window (their messages fail authentication)."""
+        if time.monotonic() - self._swept < SWEEP_EVERY_S:
+            return
+        self._swept = time.monotonic()
+        oldest = now_ms - self.window_ms
+        for tp, seen in self.partitions.items():
+            self.partitions[tp] = {k: at for k, at in seen.items() if at >= oldest}
+
+
+def parse_admitted(value: bytes | None) -> list:
+    """The ``[tenant, request id, issued_at_ms]`` entries of one admitted record; a record
+    that is not one raises ValueError."""
+    doc = orjson.loads(value or b"null")
+    entries = doc.get("ids") if isinstance(doc, dict) else None
+    if not isinstance(entries, list) or not all(_entry_ok(e) for e in entries):
+        raise ValueError("not an admitted-ids record")
+    return entries
+
+
+def _entry_ok(entry) -> bool:
+    return (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
+            and isinstance(entry[1], str) and isinstance(entry[2], int))
+
+
+async def read_admitted(kafka: KafkaConnection, topic: str, partition: int, since_ms: int,
+                        timeout_s: float = 60.0) -> list:
+    """Every entry committed to ``topic``[``partition``] since ``since_ms`` (record time),
+    up to its end now."""
+    tp = TopicPartition(topic, partition)
+    consumer = kafka.consumer(group_id=None)
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        found = (await consumer.offsets_for_times({tp: max(0, since_ms)}))[tp]
+        ends = await consumer.end_offsets([tp])
+        if found is None:
+            return []
+        consumer.seek(tp, found.offset)
+        return await asyncio.wait_for(_read_to(consumer, tp, ends), timeout_s)
+    finally:
+        await consumer.stop()
+
+
+async def _read_to(consumer, tp: TopicPartition, ends: dict) -> list:
+    entries: list = []
+    while not await reached(consumer, ends):
+        for record in (await consumer.getmany(tp, timeout_ms=500)).get(tp, []):
+            try:
+                entries += parse_admitted(record.value)
+            except ValueError:
+                metrics.UNUSABLE_RECORDS.labels(tp.topic).inc()
+                log.warning("skipped an unusable record at %s[%d]@%d", tp.topic,
+                            tp.partition, record.offset)
+    return entries

@@ -1,0 +1,102 @@
+"""The deployment's own keys, each in a file only kip's account can read:
+
+- the work-item stamp ring (pipeline and workers; schemas/stamps.py);
+- the result signing key (pipeline and workers; schemas/result_signatures.py);
+- the result public keys (what clients are given to check results).
+
+``kip keys init`` (and ``kip security init``, ``kip up``) makes the missing ones; kip's
+processes refuse to start without theirs rather than run unchecked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from runtime.files import write_private
+from schemas.result_signatures import ResultKeys, ResultSigningKey
+from schemas.stamps import StampKeys
+
+
+class MissingKey(RuntimeError):
+    pass
+
+
+def load(cls: type[BaseModel], path: Path, what: str):
+    """The key file at ``path``, or an error that says how to make one."""
+    if not Path(path).exists():
+        raise MissingKey(f"no {what} at {path}: run `kip keys init` (it makes the missing "
+                         "key files), or point the setting at the deployment's file")
+    try:
+        return cls.model_validate_json(Path(path).read_bytes())
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                             for e in exc.errors(include_input=False, include_url=False))
+        raise MissingKey(f"the {what} at {path} is not usable: {problems}") from None
+
+
+def stamp_keys(path: Path) -> StampKeys:
+    return load(StampKeys, path, "work-item stamp key ring")
+
+
+def signing_key(path: Path) -> ResultSigningKey:
+    return load(ResultSigningKey, path, "result signing key")
+
+
+def result_keys(path: Path) -> ResultKeys:
+    return load(ResultKeys, path, "result public keys")
+
+
+def dump(model: BaseModel) -> bytes:
+    """A key file's JSON, secrets included."""
+    data = model.model_dump(mode="python")
+    return orjson.dumps(_reveal(data), option=orjson.OPT_INDENT_2)
+
+
+def _reveal(value):
+    if isinstance(value, dict):
+        return {k: _reveal(v) for k, v in value.items()}
+    if hasattr(value, "get_secret_value"):
+        return value.get_secret_value()
+    return value
+
+
+def ensure_keys(stamps: Path, signing: Path, public: Path) -> list[Path]:
+    """Make whichever of the three files is missing; returns those made. The public keys
+    follow the signing key (made again if the signing key was)."""
+    made = []
+    if not Path(stamps).exists():
+        write_private(stamps, dump(StampKeys.generate()))
+        made.append(stamps)
+    if not Path(signing).exists():
+        write_private(signing, dump(ResultSigningKey.generate()))
+        made.append(signing)
+    key = signing_key(signing)
+    if signing in made or not Path(public).exists():
+        write_private(public, dump(ResultKeys(keys={key.key_id: key.public()})))
+        made.append(public)
+    return made
+
+
+def rotate_stamp(path: Path, key_id: str) -> StampKeys:
+    """Add a fresh key ``key_id`` to the ring and make it current (the old keys stay until
+    dropped, so workers keep accepting work stamped before the switch)."""
+    ring = stamp_keys(path)
+    if key_id in ring.keys:
+        raise ValueError(f"stamp key '{key_id}' is already on the ring")
+    fresh = StampKeys.generate(key_id)
+    rotated = StampKeys(current=key_id, keys={**ring.keys, **fresh.keys})
+    write_private(path, dump(rotated))
+    return rotated
+
+
+def drop_stamp(path: Path, key_id: str) -> StampKeys:
+    ring = stamp_keys(path)
+    if key_id == ring.current:
+        raise ValueError(f"'{key_id}' is the current stamp key: rotate to another first")
+    kept = StampKeys(current=ring.current,
+                     keys={k: v for k, v in ring.keys.items() if k != key_id})
+    write_private(path, dump(kept))
+    return kept

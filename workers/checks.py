@@ -1,0 +1,37 @@
+"""What a worker checks of every work item before it runs it, however it got onto the
+work topic: the pipeline's stamp, that it is for the model this worker serves, that its
+result goes inside the results namespace, and its inputs against the manifest of the
+version that would run them. A work item that fails ends as one failed result and a dead
+letter (workers/outcome.py); it never reaches ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+from models.manifest import Manifest
+from schemas.errors import InvalidRequest, ModelNotFound
+from schemas.messages import WorkItem
+from topics.names import TopicNames
+
+
+def check_addressed(item: WorkItem, model: str, names: TopicNames) -> None:
+    """Raise ``InvalidRequest`` unless ``item`` is for ``model`` and its result goes to a
+    reply topic."""
+    if item.route.model_name != model:
+        raise InvalidRequest(f"a work item for model {item.route.model_name[:128]} reached "
+                             f"the worker of {model}")
+    if item.reply_to is not None and not names.is_reply_topic(item.reply_to):
+        raise InvalidRequest(f"reply_to {item.reply_to} is outside {names.results}")
+
+
+def check_inputs(item: WorkItem, manifest: Manifest) -> None:
+    """Raise ``InvalidRequest`` (or ``ModelNotFound``) unless ``manifest``'s version can
+    run ``item``: the digest it was routed to, its inputs' names, datatypes and shapes,
+    and no more rows than a request may carry."""
+    if item.route.artifact_sha256 != manifest.artifact_sha256:
+        raise ModelNotFound(f"{manifest.name}@{manifest.version} has artifact "
+                            f"{manifest.artifact_sha256[:12]}, the work item was routed to "
+                            f"{item.route.artifact_sha256[:12]}")
+    rows = manifest.check_inputs(item.request.inputs)
+    if rows > manifest.rows_per_request:
+        raise InvalidRequest(f"{rows} rows; model {manifest.name} takes at most "
+                             f"{manifest.rows_per_request} per request")
