@@ -32,7 +32,7 @@ from pipeline.routing import Router
 from schemas.codec import MODEL_HEADER, REQUEST_ID_HEADER, decode
 from schemas.deadletter import fallback_request_id, valid_id, valid_model
 from schemas.errors import (DuplicateRequest, Forbidden, InvalidRequest, KipError,
-                            ModelNotFound, Overloaded, PayloadTooLarge)
+                            ModelNotFound, Overloaded, PayloadTooLarge, Unauthenticated)
 from schemas.messages import (AuditRecord, DeadLetterRecord, InferenceRequest,
                               InferenceResult, Priority, Route, Status, Timings, WorkItem)
 from schemas.outcomes import Coordinates, audit_record, error_info, status_of
@@ -252,7 +252,19 @@ def reject(message: Message, err: KipError, ctx: Context) -> Reject:
         traceparent=request.traceparent, produced_at_ms=ctx.now_ms)
     audit = audit_record(request, stage=STAGE, decision=status.value, final=True,
                          at_ms=ctx.now_ms, payload_bytes=message.size, code=err.code)
-    return Reject(reply_topic_for(request.reply_to, request.tenant, ctx), result, audit)
+    return Reject(reply_topic_for(_reply_to(request, err, ctx), request.tenant, ctx),
+                  result, audit)
+
+
+def _reply_to(request: InferenceRequest, err: KipError, ctx: Context) -> str | None:
+    """The ``reply_to`` a rejection may use: one the tenant owns; or, for a message
+    refused before it was authenticated, whatever it asked within the results namespace
+    (its sender must learn why; its result names its own digest, so it answers no one
+    else's request)."""
+    asked = request.reply_to
+    if asked is None or ctx.names.owned_reply_topic(asked, request.tenant):
+        return asked
+    return asked if isinstance(err, (InvalidRequest, Unauthenticated)) else None
 
 
 def oversized(payload: bytes, origin: Origin, err: PayloadTooLarge, ctx: Context) -> Reject:

@@ -33,15 +33,29 @@ WARMUP_TIMEOUT_S = 120
 @pytest.fixture(scope="module", params=["plain", "secured"])
 def stack(request, registry, tmp_path_factory):
     broker = request.getfixturevalue("broker" if request.param == "plain" else "secure_broker")
-    s = DevStack(home=tmp_path_factory.mktemp("kip"), own_broker=broker,
-                 prefix=f"e2e{uuid.uuid4().hex[:8]}", registry_dir=registry.root,
-                 metrics_base_port=free_port())
-    access = AccessConfig(
+    with running(_new_stack(broker, registry, tmp_path_factory), _access(), _warm_up) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def plain_stack(broker, registry, tmp_path_factory):
+    """The stack on the plain broker only: for attacks a secured cluster's ACLs would stop
+    before kip saw them (anyone may write any topic there)."""
+    with running(_new_stack(broker, registry, tmp_path_factory), _access(), _warm_up) as s:
+        yield s
+
+
+def _new_stack(broker, registry, tmp_path_factory) -> DevStack:
+    return DevStack(home=tmp_path_factory.mktemp("kip"), own_broker=broker,
+                    prefix=f"e2e{uuid.uuid4().hex[:8]}", registry_dir=registry.root,
+                    metrics_base_port=free_port())
+
+
+def _access() -> AccessConfig:
+    return AccessConfig(
         keys={k: ApiKey(tenant=TENANT_OF[k], secret=SECRETS[k]) for k in SECRETS},
         tenants={t: TenantPolicy(models=["digits"] if t == "limited" else ["*"])
                  for t in TENANT_OF.values()})
-    with running(s, access, _warm_up):
-        yield s
 
 
 @contextmanager
