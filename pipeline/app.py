@@ -195,7 +195,9 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
 
 
 def decide_safely(payload: bytes, origin: Origin, ctx: Context) -> Decision:
-    """``decide``, with a defect turned into an INTERNAL rejection instead of a crash."""
+    """``decide``, with a defect turned into an INTERNAL rejection instead of a crash. A
+    record without a value (a tombstone) is an empty, undecodable message."""
+    payload = b"" if payload is None else payload
     try:
         return decide(payload, origin, ctx)
     except Exception as exc:

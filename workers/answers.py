@@ -44,8 +44,21 @@ class Answering:
 
 
 async def answer(records: list[ConsumerRecord], pulled_ms: float, how: Answering) -> Answers:
-    """Every record's outputs: inference, or a terminal error."""
+    """Every record's outputs: inference, or a terminal error (a defect anywhere in here
+    fails the records it left unanswered, each with a dead letter, and the worker goes
+    on)."""
     answers: Answers = {}
+    try:
+        return await _answer(records, pulled_ms, how, answers)
+    except Exception as exc:
+        log.exception("answering a batch raised")
+        err = Internal(f"worker defect: {exc!r}"[:300])
+        return answers | {id(r): undecodable(r, err, how.names) for r in records
+                          if id(r) not in answers}
+
+
+async def _answer(records: list[ConsumerRecord], pulled_ms: float, how: Answering,
+                  answers: Answers) -> Answers:
     pairs: list[Pair] = []
     for record in records:
         try:
@@ -68,7 +81,7 @@ def _trusted(record: ConsumerRecord, pulled_ms: float, how: Answering) -> WorkIt
     this worker; else raise ``_Refused`` with its ending (an unstamped item's result
     names no request digest: it answers nothing a client sent)."""
     try:
-        item = decode(WorkItem, record.value)
+        item = decode(WorkItem, record.value or b"")
     except InvalidRequest as err:
         raise _Refused(undecodable(record, err, how.names)) from None
     except Exception as exc:   # a defect: still one ending, and the worker goes on

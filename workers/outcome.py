@@ -9,7 +9,7 @@ from aiokafka.structs import ConsumerRecord
 
 from schemas import codec
 from schemas.deadletter import dead_letter
-from schemas.errors import Internal, InvalidRequest, KipError
+from schemas.errors import Internal, KipError
 from schemas.messages import AuditRecord, InferenceResult, Status, Timings, WorkItem
 from schemas.outcomes import Coordinates, audit_record, error_info, status_of
 from schemas.outcomes import undecodable as undecodable_ending
@@ -79,7 +79,8 @@ def poisoned(record: ConsumerRecord, item: WorkItem, stamps: Stamps, names: Topi
     err = exc if isinstance(exc, KipError) else Internal(f"{type(exc).__name__}: {exc}")
     now = codec.now_ms()
     result, audit = terminal(item, stamps, now, error=err, trusted=trusted)
-    dead = dead_letter(record.value, record.topic, record.partition, record.offset, err, now)
+    dead = dead_letter(record.value or b"", record.topic, record.partition, record.offset,
+                       err, now)
     return ending(names, reply_topic(item, names), result, audit, dead)
 
 
@@ -89,13 +90,12 @@ def reply_topic(item: WorkItem, names: TopicNames) -> str:
     return item.reply_to if names.is_reply_topic(item.reply_to) else names.results
 
 
-def undecodable(record: ConsumerRecord, err: InvalidRequest, names: TopicNames
-                ) -> list[Output]:
+def undecodable(record: ConsumerRecord, err: KipError, names: TopicNames) -> list[Output]:
     """A work item that does not decode: a failed result under the request id read off
     it (or its coordinates) on the default reply topic, a final audit record and a dead
     letter."""
     origin = Coordinates(record.topic, record.partition, record.offset)
-    end = undecodable_ending(record.value, origin, err, stage=STAGE, status=Status.FAILED,
+    end = undecodable_ending(record.value or b"", origin, err, stage=STAGE, status=Status.FAILED,
                              now_ms=codec.now_ms())
     return ending(names, names.results, end.result, end.audit, end.deadletter)
 

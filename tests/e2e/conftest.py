@@ -37,10 +37,10 @@ def stack(request, registry, tmp_path_factory):
         yield s
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def plain_stack(broker, registry, tmp_path_factory):
-    """The stack on the plain broker only: for attacks a secured cluster's ACLs would stop
-    before kip saw them (anyone may write any topic there)."""
+    """A stack on the plain broker only, shared by the modules that use it: for attacks a
+    secured cluster's ACLs would stop before kip saw them (anyone may write any topic)."""
     with running(_new_stack(broker, registry, tmp_path_factory), _access(), _warm_up) as s:
         yield s
 
