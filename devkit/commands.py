@@ -7,7 +7,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from devkit import bench_load, bench_throughput, faults
+from devkit import bench_checks, bench_load, bench_throughput, faults
 from devkit.settings import DevSettings
 
 
@@ -43,6 +43,10 @@ def add_commands(sub) -> None:
                                     "to end, one run")
     bench_throughput.add_arguments(throughput)
     throughput.set_defaults(func=bench_throughput.run)
+    checks = benches.add_parser("checks", help="CPU per request of the stamp, signature and "
+                                "replay checks, beside request authentication")
+    bench_checks.add_arguments(checks)
+    checks.set_defaults(func=bench_checks.run)
 
     fault = sub.add_parser("faults", help="crash processes under load; count lost and "
                            "duplicated results (starts a kip of its own)")

@@ -111,6 +111,8 @@ def _add_operator_commands(sub) -> None:
     security.add_argument("--host", default="kafka", help="the broker's host name")
     security.add_argument("--models", default="minilm,digits", help="comma-separated names")
     security.add_argument("--owner", type=int, help="uid the broker runs as")
+    security.add_argument("--kip-owner", type=int, help="uid kip's processes run as (init "
+                          "runs as root and hands every other file to it)")
     security.set_defaults(func=_security)
 
     schemas = sub.add_parser("schemas", help="the wire contract as JSON Schema")
@@ -199,9 +201,9 @@ def _security(args) -> int:
     users = (["pipeline", "operator", "audit-reader"]
              + [f"worker-{m}" for m in args.models.split(",")]
              + [f"tenant-{t}" for t in access.tenants])
-    written = init_deployment(args.out, users, args.host, args.broker_config,
-                              MAX_MESSAGE_BYTES, args.owner)
-    written += KipSettings().ensure_keys()
+    written = KipSettings().ensure_keys()
+    written += init_deployment(args.out, users, args.host, args.broker_config,
+                               MAX_MESSAGE_BYTES, args.owner, kip_owner=args.kip_owner)
     print("\n".join(f"wrote {path}" for path in written))
     print(f"client configs for {', '.join(users)} (KIP_KAFKA_CONFIG={args.out}/clients/"
           f"<user>.json); access file {PipelineSettings().access_file}")

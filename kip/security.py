@@ -175,14 +175,15 @@ CONTAINER_BROKER = [
 
 def init_deployment(folder: Path, users: list[str], host: str, broker_config: Path,
                     max_message_bytes: int, owner: int | None = None,
-                    at: Listeners | None = None,
+                    at: Listeners | None = None, kip_owner: int | None = None,
                     log_dir: str = "/var/lib/kafka/data") -> list[Path]:
     """Everything a secured single-broker deployment needs, in ``folder`` (mounted at the
     same path in the broker's and kip's containers): TLS material, passwords, the
     broker's ``server.properties`` (at ``broker_config``) and a client config per user
     (PLAIN over TLS: the broker image cannot create SCRAM users). Kept across runs:
     passwords and certificates are made once. ``owner``: the uid the broker runs as,
-    given the files it reads."""
+    given the files it reads; ``kip_owner``: the uid kip's processes run as, given the
+    rest (``hand_over``)."""
     security = Security(folder, users, hostnames=(host,))
     at = at or Listeners(9092, 9094, 9093, bind="", advertised=host, scram=False)
     private_dir(broker_config.parent)
@@ -195,10 +196,24 @@ def init_deployment(folder: Path, users: list[str], host: str, broker_config: Pa
     write_private(admin_properties, security.java_properties(ADMIN).encode())
     readable_by_broker = [broker_config, security.ca.cert_path, admin_properties,
                           security.ca.issue("broker", server=True).keystore]
+    os.chmod(security.ca.cert_path, 0o644)   # a CA certificate is public: every role reads it
     if owner is not None:
         for path in readable_by_broker:
             os.chown(path, owner, owner)
+    if kip_owner is not None:
+        hand_over(folder, kip_owner, set(readable_by_broker))
     return [*readable_by_broker, clients]
+
+
+def hand_over(folder: Path, kip_uid: int, broker_files: set[Path]) -> None:
+    """Give kip's account (``kip_uid``, the image's non-root user) every file under
+    ``folder`` that is not the broker's, when init runs as root: folders become 0711
+    (each account reaches its own files by name and lists nothing), files stay 0600."""
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_dir():
+            os.chmod(path, 0o711)
+        elif path not in broker_files:
+            os.chown(path, kip_uid, kip_uid)
 
 
 def ensure_access_file(path: Path, tenant: str, key_id: str) -> AccessConfig:

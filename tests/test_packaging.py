@@ -25,3 +25,10 @@ def test_devkit_commands_are_registered_with_the_cli():
     pyproject = tomllib.loads((repo_root() / "pyproject.toml").read_text())
     assert pyproject["project"]["entry-points"]["kip.commands"] == {
         "devkit": "devkit.commands:add_commands"}
+
+
+def test_every_image_stage_ends_as_a_user_that_is_not_root():
+    dockerfile = (repo_root() / "Dockerfile").read_text()
+    for stage in dockerfile.split("\nFROM ")[1:]:
+        users = re.findall(r"^USER (\S+)$", stage, re.MULTILINE)
+        assert users and users[-1] not in ("root", "0"), stage.splitlines()[0]

@@ -51,3 +51,12 @@ def test_secrets_never_appear_in_repr_but_survive_the_file(access, tmp_path):
     path.write_text(access.to_json())
     again = AccessConfig.from_file(path)
     assert again.keys["acme-k1"].secret.get_secret_value() == "acme-secret"
+
+
+def test_an_unusable_access_file_names_the_problem_but_never_a_secret(tmp_path):
+    path = tmp_path / "access.json"
+    path.write_text('{"keys": {"k1": {"secret": "TOP-SECRET-42"}}, "tenants": {}}')
+    with pytest.raises(ValueError) as caught:
+        AccessConfig.from_file(path)
+    assert "keys.k1.tenant" in str(caught.value)
+    assert "TOP-SECRET" not in str(caught.value) and caught.value.__cause__ is None

@@ -1,4 +1,9 @@
+import orjson
+import pytest
+from pydantic import ValidationError
+
 from pipeline.capacity import CapacityView
+from pipeline.control import apply_telemetry
 from schemas.messages import Priority, WorkerTelemetry
 
 I, S, B = Priority.INTERACTIVE, Priority.STANDARD, Priority.BATCH
@@ -38,4 +43,29 @@ def test_stale_and_departed_workers_are_ignored():
     view.update("w1", _t("w1", 100, {I: 10}, at_ms=0))
     assert view.estimate_wait_ms("m", I, 20_000) is None
     view.update("w1", None)
+    assert view.workers == {}
+
+
+def test_telemetry_from_the_future_or_gone_quiet_counts_for_nothing():
+    view = CapacityView()
+    ten_years = 10 * 365 * 86_400_000
+    assert not view.update("w1", _t("w1", 1, {I: 10**6}, at_ms=1000 + ten_years), now_ms=1000)
+    view.update("w2", _t("w2", 1, {I: 10**6}, at_ms=1000 + ten_years))   # unchecked: kept,
+    assert view.estimate_wait_ms("m", I, 1000) is None                   # but not believed
+    view.update("w3", _t("w3", 100, {I: 10}, at_ms=1000), now_ms=1000)
+    assert view.estimate_wait_ms("m", I, 1000 + 4_000) == 100
+    assert view.estimate_wait_ms("m", I, 1000 + 6_000) is None   # silent for 6 s
+
+
+def test_the_telemetry_follower_refuses_future_and_absurd_records():
+    view = CapacityView()
+    apply = apply_telemetry(view, clock=lambda: 1000)
+    with pytest.raises(ValueError, match="ahead of this clock"):
+        apply(b"w", _t("w", 1, {}, at_ms=10**12).model_dump_json().encode())
+    absurd = _t("w", 1, {}).model_dump(mode="json") | {"requests_per_s": 1e18}
+    with pytest.raises(ValidationError):
+        apply(b"w", orjson.dumps(absurd))
+    with pytest.raises(ValidationError):
+        apply(b"w", orjson.dumps(_t("w", 1, {}).model_dump(mode="json")
+                                 | {"backlog": {"interactive": 10**12}}))
     assert view.workers == {}

@@ -60,3 +60,8 @@ def test_kafka_security_comes_from_the_config_file_then_the_variables(monkeypatc
     assert "from-env" not in repr(kafka) and "from-env" not in str(KafkaSettings())
     monkeypatch.setenv("KIP_BOOTSTRAP", "elsewhere:9093")
     assert KipSettings().kafka.bootstrap == "elsewhere:9093"
+
+
+def test_metrics_listen_on_loopback_unless_told_otherwise(monkeypatch):
+    monkeypatch.delenv("KIP_METRICS_HOST", raising=False)
+    assert KipSettings().metrics_host == "127.0.0.1"

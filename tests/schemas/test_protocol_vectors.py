@@ -1,7 +1,16 @@
 """The test vectors printed in docs/protocol.md hold."""
 
+import json
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from schemas.codec import encode
+from schemas.messages import InferenceResult, Status, Timings
+from schemas.result_signatures import ResultSigner, ResultSigningKey, request_sha256
 from schemas.signing import body_sha256, sign
 from schemas.tensors import Tensor
 
@@ -21,3 +30,35 @@ def test_signature_vector():
 
 def test_bytes_vector():
     assert body_sha256([Tensor.text("text", ["A man is eating food."])]) in DOC
+
+
+def test_result_signature_vector():
+    seed = Ed25519PrivateKey.from_private_bytes(bytes(range(32)))
+    signer = ResultSigner("r1", seed)
+    assert signer.public_hex in DOC
+    _, header = signer.header(b'{"request_id":"req-0001"}')
+    assert header.decode().split(":")[2] in DOC
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="no Node.js here")
+def test_the_documented_javascript_verifier_accepts_kips_result_and_nothing_else(tmp_path):
+    """The snippet of docs/protocol.md, run as printed, on a real signed result."""
+    snippet = DOC.split("```js\n", 1)[1].split("```", 1)[0]
+    key = ResultSigningKey.generate("r1")
+    sent = b'{"request": "as sent"}'
+    value = encode(InferenceResult(request_id="req-0001", status=Status.OK,
+                                   request_sha256=request_sha256(sent),
+                                   timings=Timings(total_ms=1.0), produced_at_ms=1))
+    _, header = key.signer().header(value)
+    cases = {"kip's": (value, sent), "another message's": (value, b"{}"),
+             "altered": (value.replace(b"ok", b"failed"), sent)}
+    script = snippet + "\nconst keys = {r1: '" + key.public() + "'};\n"
+    for name, (body, request) in cases.items():
+        script += (f"console.log({json.dumps(name)}, answers({{value: "
+                   f"Buffer.from('{body.hex()}', 'hex'), headers: {{'kip-signature': "
+                   f"Buffer.from('{header.hex()}', 'hex')}}}}, Buffer.from('{request.hex()}',"
+                   f" 'hex'), 'req-0001', keys));\n")
+    (tmp_path / "verify.js").write_text(script)
+    out = subprocess.run(["node", str(tmp_path / "verify.js")], capture_output=True,
+                         text=True, check=True).stdout.split("\n")
+    assert out[:3] == ["kip's true", "another message's false", "altered false"]

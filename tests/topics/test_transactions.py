@@ -12,6 +12,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from tests.e2e.conftest import read_topic
 from topics.clients import KafkaConnection
+from topics.outputs import Record
 from topics.transactions import Entry, PartitionTransactions
 
 pytestmark = pytest.mark.broker
@@ -33,7 +34,7 @@ async def _topics(bootstrap: str, prefix: str) -> tuple[str, str]:
 
 
 def _entries(out: str, offsets, tag: str = "v") -> list[Entry]:
-    return [Entry(i, [(out, b"k", f"{tag}{i}".encode(), [])]) for i in offsets]
+    return [Entry(i, [Record(out, b"k", f"{tag}{i}".encode(), [])]) for i in offsets]
 
 
 async def _committed(tx: PartitionTransactions, tp: TopicPartition, expected: int) -> int:
@@ -111,8 +112,8 @@ def test_records_of_an_any_partition_topic_share_one_partition_per_transaction(b
                                          any_partition=lambda t: t == free) as tx:
             for round_ in range(4):
                 entries = [Entry(round_ * 30 + i,
-                                 [(free, f"k{i}".encode(), f"{round_}".encode(), []),
-                                  (keyed, f"k{i}".encode(), b"x", [])])
+                                 [Record(free, f"k{i}".encode(), f"{round_}".encode(), []),
+                                  Record(keyed, f"k{i}".encode(), b"x", [])])
                            for i in range(30)]
                 assert await tx.commit(tp, entries)
         by_round: dict[bytes, set[int]] = {}

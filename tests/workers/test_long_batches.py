@@ -14,6 +14,7 @@ from aiokafka import AIOKafkaProducer
 from runtime import metrics
 from schemas.codec import encode, headers, now_ms
 from schemas.messages import InferenceResult, Priority, Route, WorkItem
+from schemas.stamps import stamped
 from tests.e2e.conftest import read_topic
 from tests.pipeline.conftest import signer
 from topics.admin import apply
@@ -51,20 +52,21 @@ def _revoked(group: str) -> float:
 
 @pytest.mark.timeout(120)
 def test_inference_longer_than_the_session_timeout_keeps_the_partitions(broker, registry,
-                                                                        prefix):
+                                                                        prefix, tmp_path):
     names = TopicNames(prefix)
 
     async def scenario():
         await apply(broker.kafka, catalogue(names, ["digits"]))
-        settings = WorkerSettings(bootstrap=broker.bootstrap, topic_prefix=prefix,
-                                  registry_dir=registry.root, model="digits",
-                                  session_timeout_ms=SESSION_TIMEOUT_MS)
+        settings = WorkerSettings(home=tmp_path, bootstrap=broker.bootstrap,
+                                  topic_prefix=prefix, registry_dir=registry.root,
+                                  model="digits", session_timeout_ms=SESSION_TIMEOUT_MS)
+        settings.ensure_keys()
         async with Worker(settings) as worker:
             for session in worker.sessions.loaded.values():
                 session.run = _slowed(session.run)
             group = names.worker_group("digits")
             revoked_before = _revoked(group)
-            item = _work_item(registry, names)
+            item = stamped(_work_item(registry, names), settings.stamp_keys())
             async with AIOKafkaProducer(bootstrap_servers=broker.bootstrap) as producer:
                 await producer.send_and_wait(names.work("digits", Priority.STANDARD),
                                              encode(item), key=item.request.request_id.encode(),

@@ -1,0 +1,128 @@
+"""``kip bench checks``: what the checks of a distrustful bus cost per request, in CPU
+microseconds, beside the check every request already paid before them (the pipeline's
+HMAC authentication of the request) as the baseline, in one run.
+
+Per request it times the pipeline's extra work (sha256 of the message, the work-item
+stamp, the replay check and record), the worker's (verifying the stamp, which re-hashes
+the inputs, and signing the result) and the client's (sha256 of what it sends, verifying
+the result's signature), for a one-row and a 32-row digits request and a one-text
+MiniLM request. No Kafka: these are the functions the stages call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+
+import numpy as np
+from aiokafka import TopicPartition
+
+from pipeline.access import AccessConfig, ApiKey, authenticate
+from pipeline.replays import SeenRequests
+from schemas.codec import encode
+from schemas.messages import InferenceRequest, InferenceResult, Route, Status, Timings, WorkItem
+from schemas.result_signatures import ResultKeys, ResultSigningKey, request_sha256
+from schemas.signing import sign
+from schemas.stamps import StampKeys, check_stamp, stamped
+from schemas.tensors import Tensor
+
+SECRET = "bench-secret"
+WINDOW_MS = 300_000
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repeat", type=int, default=3000, help="timed calls per figure")
+    p.add_argument("--seen", type=int, default=100_000,
+                   help="ids already in the replay window when the replay check is timed")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _request(inputs: list[Tensor], n: int = 0) -> InferenceRequest:
+    fields = dict(request_id=f"bench-{n}", tenant="acme", key_id="k1",
+                  issued_at_ms=int(time.time() * 1000), priority="standard", model="digits",
+                  deadline_ms=None, reply_to=None)
+    return InferenceRequest(**fields, signature=sign(SECRET.encode(), **fields, inputs=inputs),
+                            inputs=inputs)
+
+
+def _per_call_us(fn: Callable[[], object], repeat: int) -> float:
+    fn()
+    started = time.process_time()
+    for _ in range(repeat):
+        fn()
+    return (time.process_time() - started) / repeat * 1e6
+
+
+def _replay_check(seen_ids: int, repeat: int) -> Callable[[], None]:
+    """A call that checks and records one new id against ``seen_ids`` already there."""
+    fresh = [SimpleNamespace(tenant="acme", request_id=f"bench-{n}", issued_at_ms=1)
+             for n in range(seen_ids + repeat + 2)]   # what the replay check reads
+    seen, tp = SeenRequests(WINDOW_MS), TopicPartition("kip.requests.standard", 0)
+    for r in fresh[:seen_ids]:
+        seen.admit(tp, r)
+    queue = iter(fresh[seen_ids:])
+
+    def check() -> None:
+        r = next(queue)
+        seen.check(tp, r)
+        seen.admit(tp, r)
+    return check
+
+
+def measure(inputs: list[Tensor], repeat: int, seen_ids: int) -> dict[str, float]:
+    """Microseconds of CPU per request for each check."""
+    request = _request(inputs)
+    body = encode(request)
+    access = AccessConfig(keys={"k1": ApiKey(tenant="acme", secret=SECRET)})
+    keys, signing = StampKeys.generate(), ResultSigningKey.generate()
+    signer, verifier = signing.signer(), ResultKeys(keys={"r1": signing.public()}).verifier()
+    item = stamped(WorkItem(request=request, routed_at_ms=1, deadline_ms=2,
+                            request_sha256=request_sha256(body),
+                            route=Route(alias="digits", model_name="digits",
+                                        model_version="1", artifact_sha256="0" * 64)), keys)
+    result = encode(InferenceResult(request_id="bench-0", status=Status.OK,
+                                    request_sha256=request_sha256(body),
+                                    outputs=[Tensor.from_array("p", np.zeros((1, 10), "f4"))],
+                                    timings=Timings(total_ms=1.0), produced_at_ms=1))
+    header = signer.header(result)
+    replay_check = _replay_check(seen_ids, repeat)
+    figures = {
+        "baseline: authenticate (HMAC of the request)":
+            _per_call_us(lambda: authenticate(request, access, request.issued_at_ms), repeat),
+        "pipeline: sha256 of the message": _per_call_us(lambda: request_sha256(body), repeat),
+        "pipeline: stamp the work item": _per_call_us(lambda: stamped(item, keys), repeat),
+        "pipeline: replay check and record":
+            _per_call_us(replay_check, repeat),
+        "worker: verify the stamp": _per_call_us(lambda: check_stamp(item, keys), repeat),
+        "worker: sign the result": _per_call_us(lambda: signer.header(result), repeat),
+        "client: sha256 of the request sent":
+            _per_call_us(lambda: request_sha256(body), repeat),
+        "client: verify the result": _per_call_us(lambda: verifier.valid(result, [header]),
+                                                  repeat),
+    }
+    figures["all new checks"] = sum(v for k, v in figures.items()
+                                    if not k.startswith("baseline"))
+    return figures
+
+
+def run(args) -> int:
+    pixels = np.random.default_rng(0).random((32, 64), dtype=np.float32)
+    shapes = {"digits, 1 row": [Tensor.from_array("pixels", pixels[:1])],
+              "digits, 32 rows": [Tensor.from_array("pixels", pixels)],
+              "minilm, 1 text": [Tensor.text("text", ["A man is eating food."])]}
+    report = {}
+    for name, inputs in shapes.items():
+        print(f"measuring {name} ({args.repeat} calls per figure)", flush=True)
+        report[name] = measure(inputs, args.repeat, args.seen)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    for name, figures in report.items():
+        baseline = figures["baseline: authenticate (HMAC of the request)"]
+        print(f"\n{name}: CPU µs per request (ratio to the baseline)")
+        for label, us in figures.items():
+            print(f"  {label:48} {us:8.1f}  {us / baseline:5.2f}x")
+    return 0

@@ -1,0 +1,98 @@
+"""Replay protection in the pure decision, and what the admitted-ids records hold."""
+
+from dataclasses import replace
+
+import numpy as np
+import orjson
+import pytest
+
+from pipeline.decide import Forward, Origin, Reject, decide
+from pipeline.quota import TenantQuota
+from pipeline.replays import SeenRequests, parse_admitted
+from schemas import encode
+from schemas.result_signatures import request_sha256
+from tests.pipeline.conftest import NOW_MS, signer
+
+PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
+ORIGIN = Origin("kip.requests.standard", 0, 1, key=b"acme")
+
+
+def _code(d) -> str:
+    return "forwarded" if isinstance(d, Forward) else d.result.error.code
+
+
+def test_a_copy_of_an_admitted_request_is_a_duplicate_and_charges_nothing(ctx):
+    ctx.ledger.quotas["acme"] = TenantQuota(tenant="acme", requests_per_s=1, burst_requests=2)
+    body = encode(signer().request("digits", PIXELS, issued_at_ms=NOW_MS))
+    first, copy = decide(body, ORIGIN, ctx), decide(body, ORIGIN, ctx)
+    assert (_code(first), _code(copy)) == ("forwarded", "DUPLICATE_REQUEST")
+    assert copy.result.request_sha256 is None and copy.audit.error_code == "DUPLICATE_REQUEST"
+    fresh = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
+    assert _code(decide(encode(fresh), ORIGIN, ctx)) == "forwarded"   # budget: 2, 1 spent
+
+
+def test_a_rejected_request_may_be_sent_again_under_its_id(ctx):
+    ctx.ledger.quotas["acme"] = TenantQuota(tenant="acme", requests_per_s=1, burst_requests=1)
+    decide(encode(signer().request("digits", PIXELS, issued_at_ms=NOW_MS)), ORIGIN, ctx)
+    retry = signer().request("digits", PIXELS, issued_at_ms=NOW_MS, request_id="again")
+    assert _code(decide(encode(retry), ORIGIN, ctx)) == "QUOTA_EXCEEDED"
+    later = replace(ctx, now_ms=NOW_MS + 1000)
+    resent = signer().request("digits", PIXELS, issued_at_ms=NOW_MS + 1000,
+                              request_id="again")
+    assert _code(decide(encode(resent), ORIGIN, later)) == "forwarded"
+
+
+def test_an_unauthenticated_message_takes_no_id_from_its_tenant(ctx):
+    forged = signer(secret="wrong").request("digits", PIXELS, issued_at_ms=NOW_MS,
+                                            request_id="victim-1")
+    assert _code(decide(encode(forged), ORIGIN, ctx)) == "UNAUTHENTICATED"
+    real = signer().request("digits", PIXELS, issued_at_ms=NOW_MS, request_id="victim-1")
+    assert _code(decide(encode(real), ORIGIN, ctx)) == "forwarded"
+
+
+def test_ids_are_remembered_per_partition_and_written_per_round(ctx):
+    request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
+    decide(encode(request), ORIGIN, ctx)
+    [record] = ctx.seen.records("kip.admitted.standard", ORIGIN.tp)
+    assert record.partition == 0 and record.topic == "kip.admitted.standard"
+    entries = parse_admitted(record.value)
+    assert entries == [["acme", request.request_id, NOW_MS]]
+    assert ctx.seen.records("kip.admitted.standard", ORIGIN.tp) == []   # written once
+
+    rebuilt = SeenRequests(ctx.replay_window_ms)
+    rebuilt.load(ORIGIN.tp, entries, NOW_MS)
+    again = replace(ctx, seen=rebuilt)
+    assert _code(decide(encode(request), ORIGIN, again)) == "DUPLICATE_REQUEST"
+
+
+def test_ids_issued_before_the_window_are_not_kept(ctx):
+    seen = SeenRequests(window_ms=1000)
+    seen.load(ORIGIN.tp, [["acme", "old", NOW_MS - 5000], ["acme", "new", NOW_MS]], NOW_MS)
+    assert set(seen.partitions[ORIGIN.tp]) == {("acme", "new")}
+
+
+@pytest.mark.parametrize("value", [b"null", b"{}", b'{"ids": [["a", "b"]]}',
+                                   b'{"ids": [["a", "b", "1"]]}', b"[]"])
+def test_an_unusable_admitted_record_is_refused(value):
+    with pytest.raises((ValueError, orjson.JSONDecodeError)):
+        parse_admitted(value)
+
+
+def test_a_request_keyed_by_anything_but_its_tenant_is_invalid(ctx):
+    body = encode(signer().request("digits", PIXELS, issued_at_ms=NOW_MS))
+    for key in (None, b"bob", b""):
+        d = decide(body, Origin("kip.requests.standard", 0, 1, key=key), ctx)
+        assert isinstance(d, Reject) and d.result.error.code == "INVALID_REQUEST"
+
+
+def test_another_tenants_reply_topic_is_forbidden_and_not_written_to(ctx):
+    bobs = "kip.results.bob"
+    ctx = replace(ctx, topics=ctx.topics | {bobs, "kip.results.acme"})
+    request = signer(reply_to=bobs).request("digits", PIXELS, issued_at_ms=NOW_MS)
+    d = decide(encode(request), ORIGIN, ctx)
+    assert d.result.error.code == "FORBIDDEN" and d.reply_to == "kip.results.acme"
+    forged = signer(reply_to=bobs, secret="wrong").request("digits", PIXELS,
+                                                           issued_at_ms=NOW_MS)
+    d = decide(encode(forged), ORIGIN, ctx)   # its sender must learn why: where it asked,
+    assert d.result.error.code == "UNAUTHENTICATED" and d.reply_to == bobs
+    assert d.result.request_sha256 == request_sha256(encode(forged))   # its own digest
