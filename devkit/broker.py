@@ -17,8 +17,9 @@ import time
 import uuid
 from pathlib import Path
 
-from kip.security import ADMIN, CLIENT_MECHANISM, Listeners, Security
 from devkit.settings import DevSettings
+from kip.security import ADMIN, CLIENT_MECHANISM, Listeners, Security
+from runtime.files import open_private_log, private_dir
 from topics.catalogue import MAX_MESSAGE_BYTES
 from topics.clients import KafkaConnection
 
@@ -162,14 +163,14 @@ class LocalBroker:
             return
         libs = fetch_jars(log)
         java = require_tool("java", "the Kafka broker runs on Java 17+")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.data_dir)   # the broker's data and logs: kip's account only
         (self.data_dir / "log4j2.properties").write_text(_LOG4J)
         props = self.config or self._write_config()
         classpath = f"{libs}/*"
         if not (self.data_dir / "logs" / "meta.properties").exists():
             self._format(java, classpath, props)
         started = time.monotonic()
-        with open(self.log_file, "ab") as out:
+        with open_private_log(self.log_file) as out:
             proc = subprocess.Popen(
                 [java, *JVM_OPTIONS,
                  f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",

@@ -41,6 +41,7 @@ from pipeline.rounds import rounds
 from pipeline.routing import Router
 from pipeline.settings import PipelineSettings
 from runtime import metrics
+from runtime.files import private_dir
 from schemas.codec import now_ms
 from schemas.errors import Internal
 from schemas.messages import Priority
@@ -135,9 +136,7 @@ def _class_of(tp: TopicPartition, settings: PipelineSettings) -> Priority:
 def _faust_dir(settings: PipelineSettings) -> Path:
     """Where faust keeps its (unused: no tables) app directory: under $KIP_HOME, not in
     whatever directory the process was started from."""
-    path = settings.home / "faust"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return private_dir(settings.home / "faust")
 
 
 class TransactionalConsumer(FaustConsumer):
