@@ -1,6 +1,9 @@
+import orjson
 import pytest
 
-from pipeline.quota import Bucket, Ledger, Limit, TenantQuota, dump_levels, load_levels
+from pipeline.control import ControlState
+from pipeline.quota import (Bucket, Ledger, Limit, TenantQuota, apply_levels, dump_levels,
+                            load_levels)
 from schemas.errors import QuotaExceeded
 
 
@@ -53,3 +56,23 @@ def test_levels_round_trip_through_their_table_form():
     ledger.take("a", "m", 0, 123)
     again = load_levels(dump_levels(ledger.levels["a"]))
     assert again[""]["requests"] == Bucket(4.0, 123)
+
+
+def test_bucket_levels_from_the_future_or_out_of_bounds_are_refused():
+    ledger = Ledger()
+    apply = apply_levels(ledger, clock=lambda: 1000)
+    apply(b"acme", orjson.dumps({"": {"requests": [2.0, 900]}}))
+    for bad in ({"": {"requests": [2.0, 10**12]}}, {"": {"requests": [-1.0, 900]}},
+                {"": {"requests": [1e309, 900]}}):
+        with pytest.raises((ValueError, orjson.JSONEncodeError)):
+            apply(b"acme", orjson.dumps(bad))
+    assert ledger.levels["acme"][""]["requests"].tokens == 2.0
+
+
+def test_a_fallback_record_must_name_a_model_alias():
+    state = ControlState()
+    state.apply(b"fallback:digits", orjson.dumps({"fallback": "digits-small"}))
+    for bad in ({"fallback": 7}, {"fallback": "../../etc"}, {"other": "x"}):
+        with pytest.raises(ValueError):
+            state.apply(b"fallback:digits", orjson.dumps(bad))
+    assert state.fallbacks == {"digits": "digits-small"}
