@@ -16,6 +16,14 @@ SECURE_HELP = ("SASL_SSL (SCRAM) on --port and mTLS on the port after the contro
                "client config per user in the broker's folder")
 
 
+BENCHES = [
+    ("load", bench_load, "open-loop load per class; overload; sweep"),
+    ("throughput", bench_throughput, "raw ONNX Runtime against kip end to end, one run"),
+    ("checks", bench_checks, "CPU per request of the stamp, signature and replay checks, "
+     "beside request authentication (no Kafka)"),
+]
+
+
 def add_commands(sub) -> None:
     home = DevSettings().home
     kafka = sub.add_parser("kafka", help="a local single-node Kafka broker (KRaft)")
@@ -36,17 +44,10 @@ def add_commands(sub) -> None:
 
     bench = sub.add_parser("bench", help="benchmarks that start a kip of their own")
     benches = bench.add_subparsers(required=True, metavar="BENCH")
-    load = benches.add_parser("load", help="open-loop load per class; overload; sweep")
-    bench_load.add_arguments(load)
-    load.set_defaults(func=bench_load.run)
-    throughput = benches.add_parser("throughput", help="raw ONNX Runtime against kip end "
-                                    "to end, one run")
-    bench_throughput.add_arguments(throughput)
-    throughput.set_defaults(func=bench_throughput.run)
-    checks = benches.add_parser("checks", help="CPU per request of the stamp, signature and "
-                                "replay checks, beside request authentication")
-    bench_checks.add_arguments(checks)
-    checks.set_defaults(func=bench_checks.run)
+    for name, module, about in BENCHES:
+        parser = benches.add_parser(name, help=about)
+        module.add_arguments(parser)
+        parser.set_defaults(func=module.run)
 
     fault = sub.add_parser("faults", help="crash processes under load; count lost and "
                            "duplicated results (starts a kip of its own)")

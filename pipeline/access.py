@@ -46,6 +46,9 @@ class AccessConfig(BaseModel):
     def from_file(cls, path: str | Path) -> AccessConfig:
         """The access file; an unusable one raises ``ValueError`` naming each problem by
         its place in the file, never by its value (the values are secrets)."""
+        if not Path(path).exists():
+            raise ValueError(f"no access file at {path}: write one (keys and tenant policies, "
+                             "docs/security.md) or set KIP_ACCESS_FILE; `kip up` makes a demo one")
         try:
             return cls.model_validate_json(Path(path).read_bytes())
         except ValidationError as exc:
