@@ -7,7 +7,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from devkit import bench_checks, bench_load, bench_throughput, faults
+from devkit import bench_checks, bench_cost, bench_load, bench_throughput, faults
 from devkit.settings import DevSettings
 
 
@@ -19,6 +19,8 @@ SECURE_HELP = ("SASL_SSL (SCRAM) on --port and mTLS on the port after the contro
 BENCHES = [
     ("load", bench_load, "open-loop load per class; overload; sweep"),
     ("throughput", bench_throughput, "raw ONNX Runtime against kip end to end, one run"),
+    ("cost", bench_cost, "CPU per request of every process, latency by stage, and the "
+     "bare-library floors, in one run"),
     ("checks", bench_checks, "CPU per request of the stamp, signature and replay checks, "
      "beside request authentication (no Kafka)"),
 ]

@@ -122,6 +122,8 @@ class Timings(Message):
     ``inference_started_at_ms`` (Unix ms) lets a reader check that no inference started
     after the request's deadline."""
 
+    admission_ms: float | None = Field(default=None, description=(
+        "issued to routed: the trip to the pipeline and its decision"))
     queue_ms: float | None = None
     batch_wait_ms: float | None = None
     inference_ms: float | None = None

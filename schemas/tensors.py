@@ -134,6 +134,21 @@ class Tensor(BaseModel):
                    data=arr.reshape(-1).tolist())
 
     @classmethod
+    def of_output(cls, name: str, array: np.ndarray) -> Tensor:
+        """``from_array`` for an array kip made itself (a model's output, which the
+        session has checked): the same tensor, built without validating it again, which
+        would decode the base64 just encoded."""
+        arr = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+        datatype = _DATATYPE_OF_KIND.get(arr.dtype.str)
+        if datatype is None or array.dtype.kind in "OUS":
+            return cls.from_array(name, array)
+        tensor = cls.model_construct(name=name, datatype=datatype, shape=list(arr.shape),
+                                     data=None,
+                                     raw=base64.b64encode(arr.tobytes()).decode("ascii"))
+        tensor.__dict__["array"] = arr   # what the cached property would decode
+        return tensor
+
+    @classmethod
     def text(cls, name: str, texts: list[str]) -> Tensor:
         """A BYTES tensor of shape ``[len(texts)]``."""
         return cls(name=name, datatype="BYTES", shape=[len(texts)], data=list(texts))

@@ -56,6 +56,7 @@ def terminal(item: WorkItem, stamps: Stamps, now_ms: int, outputs: list[Tensor] 
 def _timings(item: WorkItem, s: Stamps, now_ms: int) -> Timings:
     started = s.started_ms
     return Timings(
+        admission_ms=float(max(0, item.routed_at_ms - item.request.issued_at_ms)),
         queue_ms=max(0.0, s.pulled_ms - item.routed_at_ms),
         batch_wait_ms=None if started is None else max(0.0, started - s.pulled_ms),
         inference_ms=None if started is None or s.finished_ms is None

@@ -85,7 +85,7 @@ class ModelSession:
             raise InferenceFailed(f"ONNX Runtime failed: {exc}") from exc
         _check(outputs, self.output_names, sum(rows))
         bounds = np.cumsum([0, *rows])
-        return [[Tensor.from_array(name, out[bounds[i]:bounds[i + 1]])
+        return [[Tensor.of_output(name, out[bounds[i]:bounds[i + 1]])
                  for name, out in zip(self.output_names, outputs)]
                 for i in range(len(requests))]
 

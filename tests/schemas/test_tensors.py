@@ -1,6 +1,7 @@
 import base64
 
 import numpy as np
+import orjson
 import pytest
 from pydantic import ValidationError
 
@@ -52,3 +53,17 @@ def test_nan_and_infinity_are_rejected_in_both_forms():
             Tensor.from_array("x", np.array([value], dtype=np.float32))
         with pytest.raises(ValidationError, match="NaN or infinity"):
             Tensor(name="x", datatype="FP64", shape=[1], data=[value])
+
+
+@pytest.mark.parametrize("array", [np.arange(12, dtype=np.float32).reshape(3, 4),
+                                   np.array([1, 2, 3], dtype=np.int64),
+                                   np.ones((2, 384), dtype=np.float16)[1:]])
+def test_an_output_tensor_is_the_same_as_one_built_from_its_array(array):
+    trusted, checked = Tensor.of_output("out", array), Tensor.from_array("out", array)
+    assert trusted == checked and encode_json(trusted) == encode_json(checked)
+    assert np.array_equal(trusted.array, array) and trusted.digest() == checked.digest()
+    assert Tensor.model_validate_json(encode_json(trusted)) == checked
+
+
+def encode_json(tensor: Tensor) -> bytes:
+    return orjson.dumps(tensor.model_dump(mode="json", exclude_none=True))

@@ -1,0 +1,199 @@
+"""``kip bench cost``: what kip costs around an inference, per process, in one run.
+
+Starts a kip of its own (broker, pipeline, a worker per reference model) and measures:
+
+(a) single-row digits requests, all in flight: CPU µs per request of every process
+    (broker, pipeline, each worker, this client), read from /proc before and after;
+(b) the same with 32-row requests: CPU µs per request and per row;
+(c) sequential interactive MiniLM requests: p50/p99 of the client's wall time and of
+    each stage (admission, transport to the worker, batch wait, inference, commit and
+    return), beside raw ONNX Runtime's time for the same inputs in this process;
+(d) floors on the same broker: the round trip through two chained bare aiokafka
+    transactional hops, and the CPU per event of a bare faust agent that only consumes
+    (devkit/floors.py).
+
+The digits model's inference is nearly free, so (a) and (b) are kip's own cost. docs/
+benchmarks.md keeps the figures with the commit they ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from devkit import floors
+from devkit.cpu import CpuMeter
+from devkit.loadgen import sentences
+from devkit.stack import DevStack, dev_client, own_stack
+from kip.client import KipClient
+from runtime.settings import KipSettings
+from schemas.codec import encode, now_ms
+from schemas.messages import InferenceResult
+from schemas.tensors import Tensor
+from workers.session import ModelSession
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--requests", type=int, default=3000, help="(a) single-row requests")
+    p.add_argument("--batched", type=int, default=1000, help="(b) 32-row requests")
+    p.add_argument("--sequential", type=int, default=200, help="(c) interactive requests")
+    p.add_argument("--floor-events", type=int, default=5000, help="(d) faust floor events")
+    p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
+                   help="registry with the reference models (default $KIP_REGISTRY_DIR)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def run(args) -> int:
+    report = asyncio.run(measure(args))
+    print(json.dumps(report, indent=2) if args.json else render(report))
+    return 0
+
+
+async def measure(args) -> dict:
+    async with own_stack("cost", args.registry, log=_quiet) as stack:
+        stack.start_services(log=_quiet)
+        pids = _pids(stack)
+        async with dev_client(stack) as kip:
+            await _warm_up(kip)
+            report = {}
+            print(f"(a) {args.requests} single-row requests, all in flight", file=sys.stderr, flush=True)
+            report["a_single_row"] = await all_in_flight(kip, pids, args.requests, 1)
+            print(f"(b) {args.batched} requests of 32 rows, all in flight", file=sys.stderr, flush=True)
+            report["b_32_rows"] = await all_in_flight(kip, pids, args.batched, 32)
+            print(f"(c) {args.sequential} interactive requests, one at a time", file=sys.stderr, flush=True)
+            report["c_sequential"] = await sequential(kip, stack, args.sequential)
+        print("(d) floors: two bare transactional hops; a bare faust consumer", file=sys.stderr, flush=True)
+        report["d_floors"] = await _floors(stack, args)
+    return report
+
+
+def _quiet(*_) -> None:
+    pass
+
+
+def _pids(stack: DevStack) -> dict[str, int]:
+    """broker, pipeline, worker <model>..., client: the processes charged."""
+    pids = {"broker": stack.own_broker.pid()}
+    for proc in stack.procs:   # args: python -m kip.cli pipeline | worker --model <m>
+        pids[" ".join(a for a in proc.args[3:] if a != "--model")] = proc.pid
+    return pids | {"client": os.getpid()}
+
+
+async def _warm_up(kip: KipClient) -> None:
+    for model, inputs in (("digits", {"pixels": np.zeros((1, 64), np.float32)}),
+                          ("minilm", {"text": ["warm"]})):
+        result = await kip.infer(model, inputs, timeout_s=120)
+        if result.status != "ok":
+            raise RuntimeError(f"warm-up on {model} ended {result.status}: {result.error}")
+
+
+async def all_in_flight(kip: KipClient, pids: dict[str, int], count: int, rows: int
+                        ) -> dict:
+    """CPU per request and per row of each process, for ``count`` digits requests of
+    ``rows`` rows submitted at once (building and signing them is the client's cost)."""
+    images = np.random.default_rng(0).random((rows, 64), dtype=np.float32)
+    meter = CpuMeter(pids)
+    meter.start()
+    started = time.perf_counter()
+    futures = [await kip.submit(kip.request("digits", {"pixels": images}))
+               for _ in range(count)]
+    results = await asyncio.wait_for(asyncio.gather(*futures), 600)
+    elapsed = time.perf_counter() - started
+    spent = meter.stop()
+    _all_ok(results)
+    inference_ms = sum(r.timings.inference_ms / max(1, r.batch_size) * rows for r in results)
+    per_request = {n: us / count for n, us in spent.items()}
+    return {"requests": count, "rows": rows, "requests_per_s": count / elapsed,
+            "cpu_us_per_request": per_request | {"all": sum(per_request.values())},
+            "cpu_us_per_row": {n: us / rows for n, us in per_request.items()}
+            | {"all": sum(per_request.values()) / rows},
+            "inference_wall_us_per_request": inference_ms * 1000 / count}
+
+
+def _all_ok(results: list[InferenceResult]) -> None:
+    bad = [r for r in results if r.status != "ok"]
+    if bad:
+        raise RuntimeError(f"{len(bad)} requests did not succeed, e.g. {bad[0].error}")
+
+
+async def sequential(kip: KipClient, stack: DevStack, count: int) -> dict:
+    """Wall time and stages of ``count`` interactive MiniLM requests one at a time, and
+    raw ONNX Runtime on the same inputs."""
+    texts = sentences(count)
+    stages: dict[str, list[float]] = {k: [] for k in (
+        "client_wall", "added_over_inference", "admission", "transport", "batch_wait",
+        "inference", "commit_and_return")}
+    for text in texts:
+        started = time.perf_counter()
+        result = await kip.infer("minilm", {"text": [text]}, priority="interactive")
+        wall = (time.perf_counter() - started) * 1000
+        received = now_ms()
+        _all_ok([result])
+        t = result.timings
+        stages["client_wall"].append(wall)
+        stages["added_over_inference"].append(wall - t.inference_ms)
+        stages["admission"].append(t.admission_ms)
+        stages["transport"].append(t.queue_ms)
+        stages["batch_wait"].append(t.batch_wait_ms)
+        stages["inference"].append(t.inference_ms)
+        stages["commit_and_return"].append(
+            received - t.inference_started_at_ms - t.inference_ms)
+    out = {k: _p50_p99(v) for k, v in stages.items()}
+    out["raw_onnx_runtime"] = _p50_p99(_raw_ms(stack, texts))
+    return out
+
+
+def _raw_ms(stack: DevStack, texts: list[str]) -> list[float]:
+    session = ModelSession(stack.registry.resolve("minilm"), device="cpu")
+    session.run([[Tensor.text("text", [texts[0]])]])
+    times = []
+    for text in texts:
+        started = time.perf_counter()
+        session.run([[Tensor.text("text", [text])]])
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def _p50_p99(values: list[float]) -> dict[str, float]:
+    return {"p50_ms": float(np.percentile(values, 50)),
+            "p99_ms": float(np.percentile(values, 99))}
+
+
+async def _floors(stack: DevStack, args) -> dict:
+    async with dev_client(stack) as kip:   # a real request message as the payload
+        payload = encode(kip.request("digits", {"pixels": np.zeros((1, 64), np.float32)}))
+    trips = await floors.two_hop_round_trip(stack.kafka, payload, args.sequential)
+    faust_us = await floors.faust_consume_cpu(stack.kafka, payload, args.floor_events)
+    return {"two_hop_round_trip": _p50_p99(trips),
+            "faust_consume_cpu_us_per_event": faust_us}
+
+
+def render(report: dict) -> str:
+    lines = []
+    for key, title in (("a_single_row", "(a) single-row requests, all in flight"),
+                       ("b_32_rows", "(b) 32-row requests, all in flight")):
+        r = report[key]
+        lines.append(f"\n{title}: {r['requests']} requests, {r['requests_per_s']:.0f}/s; "
+                     f"inference wall {r['inference_wall_us_per_request']:.0f} µs/request")
+        lines.append(f"  {'process':16} {'CPU µs/request':>15} {'CPU µs/row':>11}")
+        for name, us in r["cpu_us_per_request"].items():
+            lines.append(f"  {name:16} {us:15.0f} {r['cpu_us_per_row'][name]:11.1f}")
+    c = report["c_sequential"]
+    lines.append("\n(c) interactive MiniLM, one at a time (ms):")
+    for stage, figures in c.items():
+        lines.append(f"  {stage:22} p50 {figures['p50_ms']:7.1f}   p99 {figures['p99_ms']:7.1f}")
+    d = report["d_floors"]
+    trip = d["two_hop_round_trip"]
+    lines.append(f"\n(d) floors: two bare transactional hops p50 {trip['p50_ms']:.1f} ms, "
+                 f"p99 {trip['p99_ms']:.1f} ms; bare faust consumer "
+                 f"{d['faust_consume_cpu_us_per_event']:.0f} µs CPU/event")
+    added = c["added_over_inference"]["p50_ms"]
+    lines.append(f"    kip's added latency p50 / floor p50: {added / trip['p50_ms']:.2f}x")
+    return "\n".join(lines)

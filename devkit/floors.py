@@ -1,0 +1,147 @@
+"""The floors kip's costs are compared with, measured on the same broker in the same run:
+what the bare libraries cost with no kip code at all.
+
+- ``two_hop_round_trip``: a client sends a record through two chained transactional
+  consume-transform-produce hops (aiokafka, with kip's producer and consumer settings:
+  acks=all, idempotence, read_committed, offsets committed in the transaction) and
+  waits for it at the end. kip's request path is two such hops (pipeline, worker).
+- ``faust_consume_cpu``: a bare faust agent, in its own process, that only consumes
+  events in batches (``take_events(500, within=0.01)``); its CPU per event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import AsyncExitStack
+
+from aiokafka import TopicPartition
+
+from topics.admin import apply
+from topics.catalogue import TopicSpec
+from topics.clients import KafkaConnection
+
+FAUST_TAKE = 500
+FAUST_WITHIN_S = 0.01
+
+
+async def _topics(kafka: KafkaConnection, names: list[str]) -> None:
+    await apply(kafka, [TopicSpec(n, 1, "any", "a floor probe", {}) for n in names])
+
+
+async def _hop(kafka: KafkaConnection, source: str, target: str, group: str) -> None:
+    """Consume ``source``, produce each record to ``target``, commit offsets, one
+    transaction per fetched batch; until cancelled."""
+    consumer = kafka.consumer(source, group_id=group, auto_offset_reset="earliest")
+    producer = kafka.producer(transactional_id=f"{group}-txn", retry_backoff_ms=10,
+                              linger_ms=0)
+    async with AsyncExitStack() as stack:
+        for client in (consumer, producer):
+            await client.start()
+            stack.push_async_callback(client.stop)
+        while True:
+            batch = await consumer.getmany(timeout_ms=100, max_records=500)
+            if not batch:
+                continue
+            async with producer.transaction():
+                for records in batch.values():
+                    for record in records:
+                        await producer.send(target, record.value, key=record.key)
+                await producer.send_offsets_to_transaction(
+                    {tp: records[-1].offset + 1 for tp, records in batch.items()}, group)
+
+
+async def two_hop_round_trip(kafka: KafkaConnection, payload: bytes, count: int
+                             ) -> list[float]:
+    """Milliseconds per round trip of ``count`` sequential records."""
+    run = f"floor-{uuid.uuid4().hex[:8]}"
+    a, b, c = (f"{run}.{n}" for n in "abc")
+    await _topics(kafka, [a, b, c])
+    hops = [asyncio.create_task(_hop(kafka, a, b, f"{run}-1")),
+            asyncio.create_task(_hop(kafka, b, c, f"{run}-2"))]
+    consumer = kafka.consumer(group_id=None)
+    producer = kafka.producer(linger_ms=0)
+    try:
+        await producer.start()
+        await consumer.start()
+        tp = TopicPartition(c, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_end(tp)
+        await consumer.position(tp)
+        return [await _one_trip(producer, consumer, a, payload) for _ in range(count + 5)][5:]
+    finally:
+        for task in hops:
+            task.cancel()
+        await asyncio.gather(*hops, return_exceptions=True)
+        await producer.stop()
+        await consumer.stop()
+
+
+async def _one_trip(producer, consumer, topic: str, payload: bytes) -> float:
+    key = uuid.uuid4().hex.encode()
+    started = time.perf_counter()
+    await producer.send_and_wait(topic, payload, key=key)
+    while True:
+        for records in (await consumer.getmany(timeout_ms=1000)).values():
+            if any(r.key == key for r in records):
+                return (time.perf_counter() - started) * 1000
+
+
+async def faust_consume_cpu(kafka: KafkaConnection, payload: bytes, events: int,
+                            timeout_s: float = 120.0) -> float:
+    """CPU µs per event of a bare faust agent consuming ``events`` copies of ``payload``."""
+    topic = f"floor-faust-{uuid.uuid4().hex[:8]}"
+    await _topics(kafka, [topic])
+    producer = kafka.producer(linger_ms=20)
+    await producer.start()
+    try:
+        for _ in range(events):
+            await producer.send(topic, payload, key=b"tenant")
+        await producer.flush()
+    finally:
+        await producer.stop()
+    # the cost benchmark's own broker is a plain one: its address is all the probe needs
+    settings = json.dumps({"topic": topic, "events": events, "bootstrap": kafka.bootstrap})
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "devkit.floors", settings],
+        capture_output=True, text=True, timeout=timeout_s, env=os.environ | {"PYTHONPATH":
+                                                                            os.getcwd()})
+    # faust sends a worker's stdout to its log, with a prefix: find the report anywhere
+    found = re.findall(r'\{"cpu_us_per_event": [0-9.e+-]+\}', done.stdout + done.stderr)
+    if not found:
+        raise RuntimeError(f"the faust floor probe failed: {done.stderr[-2000:]}")
+    return json.loads(found[-1])["cpu_us_per_event"]
+
+
+def _faust_probe(settings: dict) -> None:
+    """The bare faust agent (in its own process): consume, count, report, exit."""
+    import faust
+
+    kafka = KafkaConnection(bootstrap=settings["bootstrap"])
+    app = faust.App(f"floor-{uuid.uuid4().hex[:8]}", **kafka.faust_broker(),
+                    store="memory://", web_enabled=False, autodiscover=False,
+                    consumer_auto_offset_reset="earliest", topic_replication_factor=1)
+    topic = app.topic(settings["topic"], key_serializer="raw", value_serializer="raw")
+    seen = {"n": 0, "cpu": 0.0}
+
+    @app.agent(topic)
+    async def consume(stream):
+        async for events in stream.take_events(FAUST_TAKE, within=FAUST_WITHIN_S):
+            if seen["n"] == 0:
+                seen["cpu"] = time.process_time()
+            seen["n"] += len(events)
+            if seen["n"] >= settings["events"]:
+                spent = (time.process_time() - seen["cpu"]) * 1e6
+                print(json.dumps({"cpu_us_per_event": spent / seen["n"]}), flush=True)
+                os._exit(0)   # a probe: nothing to clean up
+    faust.Worker(app, loglevel="WARNING", quiet=True).execute_from_commandline()
+
+
+if __name__ == "__main__":
+    _faust_probe(json.loads(sys.argv[1]))

@@ -1,0 +1,36 @@
+"""``kip bench cost`` on a small scale: every process charged, every stage and floor
+measured (the figures themselves are for docs/benchmarks.md, not for a test)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from devkit import bench_cost, floors
+from devkit.cpu import CpuMeter, cpu_us
+
+
+def test_the_cpu_meter_charges_a_busy_process_and_not_an_idle_one():
+    import os
+    meter = CpuMeter({"me": os.getpid()})
+    meter.start()
+    sum(i * i for i in range(2_000_000))
+    assert meter.stop()["me"] > 0 and cpu_us(os.getpid()) > 0
+
+
+def test_a_small_cost_run_reports_every_process_stage_and_floor(registry, capsys):
+    args = argparse.Namespace(requests=40, batched=10, sequential=10, floor_events=300,
+                              registry=registry.root, json=True)
+    report = asyncio.run(bench_cost.measure(args))
+    a = report["a_single_row"]
+    assert set(a["cpu_us_per_request"]) == {"broker", "pipeline", "worker minilm",
+                                            "worker digits", "client", "all"}
+    assert a["cpu_us_per_request"]["all"] > 0 and report["b_32_rows"]["rows"] == 32
+    stages = report["c_sequential"]
+    assert {"admission", "transport", "batch_wait", "inference", "commit_and_return",
+            "raw_onnx_runtime"} <= set(stages)
+    assert all(v["p50_ms"] >= 0 for v in stages.values())
+    d = report["d_floors"]
+    assert d["two_hop_round_trip"]["p50_ms"] > 0 and d["faust_consume_cpu_us_per_event"] > 0
+    assert "floor p50" in bench_cost.render(report)
+    assert floors.FAUST_TAKE == 500
