@@ -21,6 +21,7 @@ import numpy as np
 from models.preprocess import encode_texts
 from models.registry import ModelVersion, Registry
 from runtime import metrics
+from workers import cuda
 from schemas.errors import InferenceFailed
 from schemas.tensors import Tensor
 
@@ -45,8 +46,13 @@ def choose_providers(device: str, assume_gpu: bool = False) -> list[str]:
         if CUDA not in available:
             raise RuntimeError(f"device=cuda but this onnxruntime has only {available}; "
                                "install onnxruntime-gpu")
-        return [CUDA, CPU]
-    return [CUDA, CPU] if CUDA in available and gpu_present(assume_gpu) else [CPU]
+        return _with_cuda()
+    return _with_cuda() if CUDA in available and gpu_present(assume_gpu) else [CPU]
+
+
+def _with_cuda() -> list[str]:
+    cuda.preload()   # the wheels' CUDA libraries, before the provider looks for them
+    return [CUDA, CPU]
 
 
 class ModelSession:
