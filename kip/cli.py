@@ -89,10 +89,7 @@ def _add_operator_commands(sub) -> None:
     topics.add_argument("--partitions", type=int, default=3)
     topics.set_defaults(func=_topics)
 
-    models = sub.add_parser("models", help="the model registry")
-    models.add_argument("action", choices=["build-reference", "list"])
-    models.add_argument("--force", action="store_true", help="rebuild even if present")
-    models.set_defaults(func=_models)
+    _add_model_commands(sub)
 
     acls = sub.add_parser("acls", help="least-privilege Kafka ACLs for every kip role, from "
                           "the topic catalogue and the access file")
@@ -122,6 +119,15 @@ def _add_operator_commands(sub) -> None:
 
     _add_tenant_commands(sub)
     _add_key_commands(sub)
+
+
+def _add_model_commands(sub) -> None:
+    models = sub.add_parser("models", help="the model registry")
+    models.add_argument("action", choices=["build-reference", "list"])
+    models.add_argument("--force", action="store_true", help="rebuild even if present")
+    models.add_argument("--fp16", action="store_true", help="also MiniLM in fp16 for GPUs "
+                        "(minilm-fp16), checked against torch")
+    models.set_defaults(func=_models)
 
 
 def _add_key_commands(sub) -> None:
@@ -251,7 +257,7 @@ def _models(args) -> int:
 
     registry = Registry(KipSettings().registry_dir)
     if args.action == "build-reference":
-        build_reference(registry, force=args.force)
+        build_reference(registry, force=args.force, fp16=args.fp16)
     else:
         for alias, target in sorted(registry.aliases().items()):
             print(f"{alias:12} -> {target}")

@@ -6,10 +6,10 @@ from models.registry import Registry
 from schemas.errors import ModelNotFound
 
 
-def missing(registry: Registry) -> list[str]:
+def missing(registry: Registry, aliases: list[str] = ("minilm", "digits")) -> list[str]:
     """Reference aliases that do not resolve to a loadable version."""
     out = []
-    for alias in ("minilm", "digits"):
+    for alias in aliases:
         try:
             registry.load(*registry.aliases()[alias].split("@"))
         except (KeyError, ModelNotFound):
@@ -17,14 +17,19 @@ def missing(registry: Registry) -> list[str]:
     return out
 
 
-def build_reference(registry: Registry, log=print, force: bool = False) -> None:
+def build_reference(registry: Registry, log=print, force: bool = False,
+                    fp16: bool = False) -> None:
+    """The reference models that are missing (all with ``force``); with ``fp16`` also
+    MiniLM's fp16 variant, ``minilm-fp16``, for GPUs."""
     from models.export import digits, minilm
 
-    todo = ["minilm", "digits"] if force else missing(registry)
+    exporters = {"minilm": minilm.export, "digits": digits.export}
+    if fp16:
+        exporters[minilm.FP16_NAME] = minilm.export_fp16
+    todo = list(exporters) if force else missing(registry, list(exporters))
     for alias in todo:
         log(f"building reference model '{alias}' (torch export, checked by ONNX Runtime)...")
-        module = minilm if alias == "minilm" else digits
-        mv = module.export(registry, log)
+        mv = exporters[alias](registry, log)
         registry.set_alias(alias, f"{mv.manifest.name}@{mv.manifest.version}")
         log(f"  {alias} -> {mv.manifest.name}@{mv.manifest.version} in {mv.path}")
     if not todo:
