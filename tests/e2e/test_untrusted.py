@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 import urllib.request
 
 import numpy as np
@@ -217,3 +218,46 @@ def test_bogus_model_names_add_at_most_one_label_value(plain_stack):
     assert {r.error.code for r in results} == {"MODEL_NOT_FOUND"}
     added = _label_values(url, "kip_requests_total", "model") - before
     assert added <= {"unknown"}, added
+
+
+def test_a_replay_is_a_duplicate_after_its_partition_moves_to_another_pipeline(plain_stack):
+    """Two pipeline processes share the request partitions. Each of them in turn stops,
+    so that every partition moves to the other, live, process; a copy of a request admitted
+    before the moves is still a duplicate after each, and runs once."""
+    stack = plain_stack
+    request_id, body = asyncio.run(_signed_request(stack))
+    assert asyncio.run(_send_and_wait(stack, body, request_id)).status == Status.OK
+    second = stack.spawn(["pipeline"], log=lambda *_: None)
+    try:
+        time.sleep(12)   # the second process joins the group and takes its partitions
+        stack.restart(0)   # the first leaves: every partition moves to the second
+        asyncio.run(_send_copy(stack, body))
+        second.terminate()   # the second leaves: every partition moves to the first
+        second.wait(30)
+        asyncio.run(_send_copy(stack, body))
+        seen = asyncio.run(_outputs(stack, request_id, results=3))
+    finally:
+        if second.poll() is None:
+            second.kill()
+    codes = sorted((r.error.code if r.error else "ok") for r in seen["results"])
+    assert codes == ["DUPLICATE_REQUEST"] * 2 + ["ok"]
+    assert [a.stage for a in seen["audit"]].count("worker") == 1
+    _still_serving(stack)
+
+
+async def _signed_request(stack) -> tuple[str, bytes]:
+    async with client_for(stack) as kip:
+        request = kip.request("digits", PIXELS)
+        return request.request_id, encode(request)
+
+
+async def _send_and_wait(stack, body: bytes, request_id: str):
+    async with client_for(stack) as kip:
+        answer = kip.expect(request_id, body)
+        await kip.publish_raw(kip.names.requests("standard"), body, key=b"acme")
+        return await asyncio.wait_for(answer, 30)
+
+
+async def _send_copy(stack, body: bytes) -> None:
+    async with client_for(stack) as kip:
+        await kip.publish_raw(kip.names.requests("standard"), body, key=b"acme")
