@@ -110,7 +110,7 @@ class Worker:
         while True:
             if prioritizer is not None:
                 await prioritizer.apply()
-            batch = await next_batch(lane.consumer, self.max_batch, self.settings.max_delay_ms)
+            batch = await next_batch(lane.consumer, self.max_batch, self._delay_ms(lane))
             if not batch:
                 self.throughput.batch_done(lane.name, 0, 0, self.max_batch)
                 await lane.settle()   # surface a failed commit even when idle
@@ -120,6 +120,10 @@ class Worker:
             self.throughput.batch_done(lane.name, len(batch), inferred, self.max_batch)
             if prioritizer is not None:
                 prioritizer.served({self.topic_class[r.topic] for r in batch})
+
+    def _delay_ms(self, lane: Lane) -> float:
+        s = self.settings
+        return s.interactive_max_delay_ms if lane.name == "interactive" else s.max_delay_ms
 
     async def process(self, batch: list[ConsumerRecord], lane: Lane) -> int:
         """Answer ``batch`` class by class, highest first; each class starts to commit
