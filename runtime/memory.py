@@ -8,6 +8,10 @@ mix of them left behind: a pipeline fed malformed and oversized messages settled
 ~123 MiB instead of ~94 MiB, at a level that depended on how they happened to arrive
 together (docs/benchmarks.md). Fixing the threshold keeps big buffers in mappings of
 their own, so the memory goes back when they do.
+
+Only the pipeline does it: it faces messages of any size from anyone. In a worker, whose
+every fetch and batch is a large buffer, the page faults of a fresh mapping for each
+cost a fifth of its goodput under overload (`kip bench load`, docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ from aiokafka.structs import ConsumerRecord
 
 from models.registry import Registry
 from runtime import metrics
-from runtime.memory import fix_mmap_threshold
 from schemas.codec import encode, headers, now_ms
 from schemas.messages import PRIORITIES, Priority
 from workers.answers import Answering, answer
@@ -159,7 +158,6 @@ class Worker:
 
 async def run(settings: WorkerSettings) -> None:
     """Run one worker until cancelled (SIGINT/SIGTERM in ``kip worker``)."""
-    fix_mmap_threshold()
     metrics.serve(settings.metrics_port, settings.metrics_host)
     async with Worker(settings) as worker:
         await worker.wait()
