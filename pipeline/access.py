@@ -16,8 +16,9 @@ from pathlib import Path
 
 import orjson
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from runtime.files import read_model
 from schemas.errors import Forbidden, Unauthenticated
 from schemas.messages import InferenceRequest, Priority
 from schemas.signing import signature_matches
@@ -46,15 +47,9 @@ class AccessConfig(BaseModel):
     def from_file(cls, path: str | Path) -> AccessConfig:
         """The access file; an unusable one raises ``ValueError`` naming each problem by
         its place in the file, never by its value (the values are secrets)."""
-        if not Path(path).exists():
-            raise ValueError(f"no access file at {path}: write one (keys and tenant policies, "
-                             "docs/security.md) or set KIP_ACCESS_FILE; `kip up` makes a demo one")
-        try:
-            return cls.model_validate_json(Path(path).read_bytes())
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in
-                                 exc.errors(include_input=False, include_url=False))
-            raise ValueError(f"access file {path}: {problems}") from None
+        return read_model(cls, path, what="access file", missing=(
+            f"no access file at {path}: write one (keys and tenant policies, "
+            "docs/security.md) or set KIP_ACCESS_FILE; `kip up` makes a demo one"))
 
     def to_json(self) -> str:
         """Serialise including secrets (for writing the access file itself)."""

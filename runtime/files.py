@@ -36,3 +36,23 @@ def open_private_log(path: Path):
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.fchmod(fd, 0o600)
     return os.fdopen(fd, "ab")
+
+
+class UnusableFile(ValueError):
+    """A configuration file kip needs is missing or does not parse."""
+
+
+def read_model(cls, path: Path, missing: str, what: str):
+    """``cls`` read from the JSON file at ``path``. A missing file raises
+    ``UnusableFile(missing)`` (say how to make one); one that does not validate names
+    each bad field by its place, never its value (these files hold secrets)."""
+    from pydantic import ValidationError
+
+    from schemas.codec import describe
+
+    if not Path(path).exists():
+        raise UnusableFile(missing)
+    try:
+        return cls.model_validate_json(Path(path).read_bytes())
+    except ValidationError as exc:
+        raise UnusableFile(f"the {what} at {path} is not usable: {describe(exc)}") from None

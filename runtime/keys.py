@@ -13,28 +13,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from runtime.files import write_private
+from runtime.files import UnusableFile, read_model, write_private
 from schemas.result_signatures import ResultKeys, ResultSigningKey
 from schemas.stamps import StampKeys
 
 
-class MissingKey(RuntimeError):
-    pass
+MissingKey = UnusableFile   # what the loaders below raise
 
 
 def load(cls: type[BaseModel], path: Path, what: str):
     """The key file at ``path``, or an error that says how to make one."""
-    if not Path(path).exists():
-        raise MissingKey(f"no {what} at {path}: run `kip keys init` (it makes the missing "
-                         "key files), or point the setting at the deployment's file")
-    try:
-        return cls.model_validate_json(Path(path).read_bytes())
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
-                             for e in exc.errors(include_input=False, include_url=False))
-        raise MissingKey(f"the {what} at {path} is not usable: {problems}") from None
+    return read_model(cls, path, what=what, missing=(
+        f"no {what} at {path}: run `kip keys init` (it makes the missing key files), or "
+        "point the setting at the deployment's file"))
 
 
 def stamp_keys(path: Path) -> StampKeys:

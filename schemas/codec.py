@@ -40,7 +40,7 @@ def decode(cls: type[M], payload: bytes) -> M:
     try:
         return cls.model_validate_json(payload)
     except ValidationError as exc:
-        raise InvalidRequest(_describe(exc)) from None
+        raise InvalidRequest(describe(exc)) from None
 
 
 def headers(message: Message, traceparent: str | None = None) -> list[tuple[str, bytes]]:
@@ -59,8 +59,9 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _describe(exc: ValidationError) -> str:
-    """A short, payload-free description of the first few validation errors."""
+def describe(exc: ValidationError) -> str:
+    """A short description of the first few validation errors, naming each bad field by
+    its place and never by its value (payloads, secrets)."""
     parts = []
     for err in exc.errors(include_input=False, include_url=False)[:3]:
         loc = ".".join(str(p) for p in err["loc"]) or "message"

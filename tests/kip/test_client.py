@@ -94,7 +94,7 @@ def test_a_client_without_the_result_keys_says_what_to_do(broker, prefix, tmp_pa
     monkeypatch.setenv("KIP_HOME", str(tmp_path))
     client = KipClient(broker.bootstrap, tenant="acme", key_id="k1", secret="s",
                        topic_prefix=prefix)
-    with pytest.raises(RuntimeError, match="result public keys .*kip keys init"):
+    with pytest.raises(ValueError, match="result public keys .*kip keys init"):
         asyncio.run(client.start())
 
 
