@@ -104,8 +104,13 @@ class Tensor(BaseModel):
         """sha256 over name, datatype, shape and the element bytes (see docs/protocol.md).
 
         Independent of the JSON spelling of numbers, so a producer in any language
-        can compute it from the values it sends.
+        can compute it from the values it sends. Computed once per tensor: the pipeline
+        needs it to authenticate a request and again to stamp its work item.
         """
+        return self.content_digest
+
+    @cached_property
+    def content_digest(self) -> bytes:
         h = hashlib.sha256()
         h.update(f"{self.name}\n{self.datatype}\n{','.join(map(str, self.shape))}\n".encode())
         if self.datatype == "BYTES":
