@@ -44,6 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=int, default=3000, help="(a) single-row requests")
     p.add_argument("--batched", type=int, default=1000, help="(b) 32-row requests")
     p.add_argument("--sequential", type=int, default=200, help="(c) interactive requests")
+    p.add_argument("--warm-up", type=int, default=1000,
+                   help="single-row requests run before measuring, unmeasured: the broker's "
+                   "JIT compiler and every cache reach their steady state")
     p.add_argument("--floor-events", type=int, default=5000, help="(d) faust floor events")
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
                    help="registry with the reference models (default $KIP_REGISTRY_DIR)")
@@ -62,6 +65,10 @@ async def measure(args) -> dict:
         pids = _pids(stack)
         async with dev_client(stack) as kip:
             await _warm_up(kip)
+            if args.warm_up:
+                print(f"warming up: {args.warm_up} single-row requests", file=sys.stderr,
+                      flush=True)
+                await all_in_flight(kip, pids, args.warm_up, 1)
             report = {}
             print(f"(a) {args.requests} single-row requests, all in flight", file=sys.stderr, flush=True)
             report["a_single_row"] = await all_in_flight(kip, pids, args.requests, 1)

@@ -58,8 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep", action="store_true")
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
                    help="registry with the reference models (default $KIP_REGISTRY_DIR)")
-    p.add_argument("--background-max-batch", type=int, default=4,
-                   help="rows per inference call for batch-class requests")
+    p.add_argument("--background-max-batch", type=int, default=None,
+                   help="at most this many batch-class requests per inference call "
+                   "(default: the worker's)")
     p.add_argument("--no-pin", dest="pin", action="store_false",
                    help="do not pin workers to their own CPU (by default the last CPU runs "
                    "the workers and the others run broker, pipeline and load generator, "
@@ -127,8 +128,9 @@ class Clients:
 @asynccontextmanager
 async def _stack(registry: Path, threads: int, background: int, split: bool, pin: bool):
     worker_env = {"KIP_MAX_BATCH": "32", "KIP_MAX_DELAY_MS": "5",
-                  "KIP_INTRA_OP_THREADS": str(threads),
-                  "KIP_BACKGROUND_MAX_BATCH": str(background)}
+                  "KIP_INTRA_OP_THREADS": str(threads)}
+    if background is not None:
+        worker_env["KIP_BACKGROUND_MAX_BATCH"] = str(background)
     async with own_stack("load", registry, worker_env, split) as stack:
         batch_reply = await _reply_topic(stack, f"{dev_spec(stack).tenant}.batch-load")
         stack.start_services()

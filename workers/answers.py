@@ -22,6 +22,7 @@ from topics.outputs import Output
 from workers.batching import ChunkRun, group_by, run_group
 from workers.checks import check_addressed, check_inputs
 from workers.outcome import Stamps, poisoned, terminal_outputs, undecodable
+from workers.pace import Pace
 from workers.session import ModelSession, Sessions
 
 log = logging.getLogger("kip.worker")
@@ -33,14 +34,24 @@ _EXPIRED = DeadlineExceeded("the deadline passed before inference started")
 @dataclass
 class Answering:
     """What answering needs: the model served, the stamp keys, the loaded sessions, the
-    lane's inference thread, the rows per inference call, and where outputs go."""
+    lane's inference thread, how long one inference call may take (None: the whole
+    group in one call), and where outputs go."""
 
     model: str
     keys: StampKeys
     sessions: Sessions
     executor: Executor
-    chunk: int
+    pace: Pace
+    call_ms: float | None
+    max_chunk: int
     names: TopicNames
+
+    def chunk(self, version: str, pairs: list[Pair]) -> int:
+        """Requests per inference call for ``pairs`` of ``version``."""
+        if self.call_ms is None:
+            return max(1, len(pairs))
+        rows = sum(_rows(item) for _, item in pairs) / max(1, len(pairs))
+        return self.pace.requests_within(version, self.call_ms, rows, self.max_chunk)
 
 
 async def answer(records: list[ConsumerRecord], pulled_ms: float, how: Answering) -> Answers:
@@ -117,10 +128,13 @@ async def _answer_version(version: str, group: list[Pair], pulled_ms: float,
         except Exception as err:   # a check that raised anything else is a kip defect
             metrics.WORK_REFUSED.labels(how.model, getattr(err, "code", "INTERNAL")).inc()
             answers[id(record)] = poisoned(record, item, Stamps(pulled_ms), how.names, err)
-    runs = await run_group(how.executor, partial(_run_session, session), runnable, how.chunk,
-                           _deadline)
+    runs = await run_group(how.executor, partial(_run_session, session), runnable,
+                           how.chunk(version, runnable), _deadline)
     for run in runs:
         answers |= _outputs_of(run, session, pulled_ms, how.names)
+        if run.live and run.error is None:
+            how.pace.observe(version, sum(_rows(i) for _, i in run.live),
+                             run.finished_ms - run.started_ms)
     return answers
 
 
@@ -132,7 +146,7 @@ def _outputs_of(run: ChunkRun[Pair], session: ModelSession, pulled_ms: float,
     if not run.live:
         return answers
     stamps = Stamps(pulled_ms, run.started_ms, run.finished_ms,
-                    sum(i.request.inputs[0].shape[0] for _, i in run.live))
+                    sum(_rows(i) for _, i in run.live))
     model = session.manifest.name
     if run.error is not None:
         (record, item), = run.live
@@ -150,6 +164,10 @@ def _outputs_of(run: ChunkRun[Pair], session: ModelSession, pulled_ms: float,
 
 def _run_session(session: ModelSession, pairs: list[Pair]) -> list:
     return session.run([item.request.inputs for _, item in pairs])
+
+
+def _rows(item: WorkItem) -> int:
+    return item.request.inputs[0].shape[0]
 
 
 def _deadline(pair: Pair) -> int:

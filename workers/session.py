@@ -57,7 +57,8 @@ def _with_cuda() -> list[str]:
 
 class ModelSession:
     def __init__(self, version: ModelVersion, device: str = "auto",
-                 intra_op_threads: int = 0, assume_gpu: bool = False) -> None:
+                 intra_op_threads: int = 0, assume_gpu: bool = False,
+                 spinning: bool = False) -> None:
         import onnxruntime as ort
 
         self.version = version
@@ -65,6 +66,12 @@ class ModelSession:
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = intra_op_threads
+        # ONNX Runtime's pool threads spin for a while after each call, waiting for the
+        # next: on a host whose cores also run the broker and the pipeline, that is CPU
+        # taken from them (three times the worker's own cost per request for the digits
+        # model, docs/benchmarks.md). Off unless the host is the worker's alone.
+        options.add_session_config_entry("session.intra_op.allow_spinning",
+                                         "1" if spinning else "0")
         self.session = ort.InferenceSession(str(version.artifact), options,
                                             providers=choose_providers(device, assume_gpu))
         self.provider = self.session.get_providers()[0]
@@ -128,9 +135,9 @@ class Sessions:
     """The model versions one worker has loaded, by ``name@version``."""
 
     def __init__(self, registry: Registry, device: str = "auto", intra_op_threads: int = 0,
-                 assume_gpu: bool = False) -> None:
+                 assume_gpu: bool = False, spinning: bool = False) -> None:
         self.registry = registry
-        self.options = (device, intra_op_threads, assume_gpu)
+        self.options = (device, intra_op_threads, assume_gpu, spinning)
         self.loaded: dict[str, ModelSession] = {}
         self._loading = asyncio.Lock()
 

@@ -32,6 +32,13 @@ class WorkerSettings(KipSettings):
     telemetry_interval_s: float = Field(1.0, description="how often capacity is reported")
     intra_op_threads: int = Field(
         0, description="ONNX Runtime threads per inference; 0 = one per core")
+    intra_op_spinning: bool = Field(
+        False, description="let ONNX Runtime's threads spin between calls: a little less "
+        "latency for small models, CPU taken from every other process on the host")
+    background_call_ms: float = Field(
+        10.0, gt=0, description="about how long one inference call for standard and batch "
+        "requests may take (the longest an interactive request waits for a call already "
+        "running): requests per call follow from the measured time per row")
     background_max_batch: int = Field(
-        4, description="rows per inference call for standard and batch requests: the "
-        "longest an interactive request waits for a call already running")
+        256, ge=1, description="at most this many standard or batch requests per inference "
+        "call")

@@ -27,6 +27,7 @@ from workers.answers import Answering, answer
 from workers.batching import by_class, next_batch
 from workers.lane import Lane, open_lane
 from workers.outcome import ran_inference
+from workers.pace import Pace
 from workers.priority import Prioritizer, backlog_by_class
 from workers.session import Sessions
 from workers.settings import WorkerSettings
@@ -39,8 +40,9 @@ class Worker:
         registry = Registry(settings.registry_dir)
         self.served = registry.resolve(settings.model).manifest
         self.model = self.served.name
+        self.pace = Pace()
         self.sessions = Sessions(registry, settings.device, settings.intra_op_threads,
-                                 settings.assume_gpu)
+                                 settings.assume_gpu, settings.intra_op_spinning)
         self.stamp_keys = settings.stamp_keys()
         self.sealing = settings.sealing()
         self.topic_class = {settings.names.work(self.model, p): p for p in PRIORITIES}
@@ -130,9 +132,10 @@ class Worker:
         requests ran inference."""
         pulled, inferred = float(now_ms()), 0
         for n, (priority, records) in enumerate(by_class(batch, self.topic_class)):
-            chunk = (len(records) if priority == Priority.INTERACTIVE
-                     else self.settings.background_max_batch)
-            how = Answering(self.model, self.stamp_keys, self.sessions, lane.executor, chunk,
+            call_ms = (None if priority == Priority.INTERACTIVE
+                       else self.settings.background_call_ms)
+            how = Answering(self.model, self.stamp_keys, self.sessions, lane.executor,
+                            self.pace, call_ms, self.settings.background_max_batch,
                             self.settings.names)
             answers = await answer(records, pulled, how)
             inferred += sum(ran_inference(outputs) for outputs in answers.values())
