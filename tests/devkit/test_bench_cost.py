@@ -19,7 +19,7 @@ def test_the_cpu_meter_charges_a_busy_process_and_not_an_idle_one():
 
 
 def test_a_small_cost_run_reports_every_process_stage_and_floor(registry, capsys):
-    args = argparse.Namespace(requests=40, batched=10, sequential=10, floor_events=300,
+    args = argparse.Namespace(requests=40, batched=10, sequential=10, floor_events=300, warm_up=20,
                               registry=registry.root, json=True)
     report = asyncio.run(bench_cost.measure(args))
     a = report["a_single_row"]

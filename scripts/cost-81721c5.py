@@ -1,0 +1,105 @@
+"""``kip bench cost``'s (a), (b) and (c) on commit 81721c5, which has no ``kip bench cost``:
+issue 14's baseline, measured beside today's on the same machine in the same hour.
+
+    git worktree add /tmp/before 81721c5
+    PYTHONPATH=/tmp/before KIP_REGISTRY_DIR=$PWD/.kip/registry \\
+        .venv/bin/python scripts/cost-81721c5.py
+
+The same scenario as devkit/bench_cost.py, written against that commit's modules
+(kip.devstack, kip.broker, the client of then): its own broker and stack, a warm-up,
+(a) single-row digits requests all in flight, (b) 32-row ones, each process's CPU read
+from /proc before and after; (c) interactive MiniLM requests one at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from kip.broker import LocalBroker, free_port
+from kip.client import KipClient
+from kip.devstack import DEV_KEY_ID, DevStack, ensure_dev_access
+from kip.loadgen import sentences
+
+TICK_US = 1e6 / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_us(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * TICK_US
+
+
+async def in_flight(kip: KipClient, pids: dict[str, int], count: int, rows: int) -> dict:
+    images = np.random.default_rng(0).random((rows, 64), dtype=np.float32)
+    before = {n: cpu_us(p) for n, p in pids.items()}
+    started = time.perf_counter()
+    futures = [await kip.submit(kip.request("digits", {"pixels": images}))
+               for _ in range(count)]
+    results = await asyncio.wait_for(asyncio.gather(*futures), 600)
+    elapsed = time.perf_counter() - started
+    spent = {n: (cpu_us(p) - before[n]) / count for n, p in pids.items()}
+    assert all(r.status == "ok" for r in results), "a request did not succeed"
+    return spent | {"all": sum(spent.values()), "per_s": count / elapsed}
+
+
+async def sequential(kip: KipClient, count: int) -> dict:
+    wall, added = [], []
+    for text in sentences(count):
+        started = time.perf_counter()
+        result = await kip.infer("minilm", {"text": [text]}, priority="interactive")
+        ms = (time.perf_counter() - started) * 1000
+        assert result.status == "ok", result.error
+        wall.append(ms)
+        added.append(ms - result.timings.inference_ms)
+    return {k: (np.percentile(v, 50), np.percentile(v, 99))
+            for k, v in (("client wall", wall), ("added over inference", added))}
+
+
+async def measure(stack: DevStack, broker: LocalBroker) -> None:
+    pids = {"broker": broker.pid()} | {
+        " ".join(a for a in p.args[3:] if a != "--model"): p.pid for p in stack.procs}
+    pids["client"] = os.getpid()
+    key = ensure_dev_access(stack.access_file).keys[DEV_KEY_ID]
+    async with KipClient(stack.bootstrap, tenant=key.tenant, key_id=DEV_KEY_ID,
+                         secret=key.secret.get_secret_value(),
+                         topic_prefix=stack.prefix) as kip:
+        for model, inputs in (("digits", {"pixels": np.zeros((1, 64), np.float32)}),
+                              ("minilm", {"text": ["warm"]})):
+            assert (await kip.infer(model, inputs, timeout_s=120)).status == "ok"
+        await in_flight(kip, pids, 1000, 1)   # warm-up, as kip bench cost does
+        for title, count, rows in (("(a) single row, CPU µs per request", 3000, 1),
+                                   ("(b) 32 rows, CPU µs per row", 1000, 32)):
+            spent = await in_flight(kip, pids, count, rows)
+            print(f"{title} ({spent.pop('per_s'):.0f} requests/s):")
+            print("  " + "  ".join(f"{n} {us / rows:.1f}" for n, us in spent.items()))
+        print("(c) interactive MiniLM one at a time, ms (p50, p99):")
+        for name, (p50, p99) in (await sequential(kip, 200)).items():
+            print(f"  {name}: {p50:.1f}, {p99:.1f}")
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="kip-then-") as tmp:
+        broker = LocalBroker(Path(tmp) / "kafka", port=free_port(), controller_port=free_port())
+        broker.start(log=lambda *_: None)
+        stack = DevStack(home=Path(tmp), bootstrap_servers=broker.bootstrap, prefix="then",
+                         registry_dir=Path(os.environ["KIP_REGISTRY_DIR"]),
+                         metrics_base_port=0)
+        try:
+            stack.prepare(log=lambda *_: None)
+            stack.start_services(log=lambda *_: None)
+            asyncio.run(measure(stack, broker))
+        finally:
+            stack.stop_services()
+            broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
