@@ -2,8 +2,11 @@
 issue 14's baseline, measured beside today's on the same machine in the same hour.
 
     git worktree add /tmp/before 81721c5
-    PYTHONPATH=/tmp/before KIP_REGISTRY_DIR=$PWD/.kip/registry \\
-        .venv/bin/python scripts/cost-81721c5.py
+    (cd /tmp/before && PYTHONPATH=. KIP_REGISTRY_DIR=$OLDPWD/.kip/registry \\
+        $OLDPWD/.venv/bin/python $OLDPWD/scripts/cost-81721c5.py)
+
+(from the old tree: the stack's processes run ``python -m kip.cli`` from the current
+folder, which must hold the old commit's modules)
 
 The same scenario as devkit/bench_cost.py, written against that commit's modules
 (kip.devstack, kip.broker, the client of then): its own broker and stack, a warm-up,
@@ -95,6 +98,10 @@ def main() -> int:
             stack.prepare(log=lambda *_: None)
             stack.start_services(log=lambda *_: None)
             asyncio.run(measure(stack, broker))
+        except BaseException:
+            for path in stack.logs.values():   # why the stack of then did not answer
+                print(f"--- {path}", *path.read_text().splitlines()[-8:], sep="\n")
+            raise
         finally:
             stack.stop_services()
             broker.stop()
