@@ -23,11 +23,14 @@ from schemas.tensors import Tensor
 from workers.session import ModelSession
 
 UNLOADED_REQUESTS = 100
-WORKER_ENV = {"KIP_MAX_BATCH": "32", "KIP_MAX_DELAY_MS": "5", "KIP_BACKGROUND_MAX_BATCH": "32"}
+# Calls of up to 32 requests, as raw ONNX Runtime's batches: the call budget is set
+# high enough that the count, not the time, bounds them.
+WORKER_ENV = {"KIP_MAX_BATCH": "32", "KIP_MAX_DELAY_MS": "5", "KIP_BACKGROUND_MAX_BATCH": "32",
+              "KIP_BACKGROUND_CALL_MS": "100"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--requests", type=int, default=512)
+    p.add_argument("--requests", type=int, default=2048)
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
                    help="registry with the reference models (default $KIP_REGISTRY_DIR)")
 

@@ -34,24 +34,24 @@ _EXPIRED = DeadlineExceeded("the deadline passed before inference started")
 @dataclass
 class Answering:
     """What answering needs: the model served, the stamp keys, the loaded sessions, the
-    lane's inference thread, how long one inference call may take (None: the whole
-    group in one call), and where outputs go."""
+    lane's inference thread, whether one call takes the whole group (interactive) or
+    calls are sized by ``pace``, and where outputs go."""
 
     model: str
     keys: StampKeys
     sessions: Sessions
     executor: Executor
     pace: Pace
-    call_ms: float | None
+    whole_group: bool
     max_chunk: int
     names: TopicNames
 
     def chunk(self, version: str, pairs: list[Pair]) -> int:
         """Requests per inference call for ``pairs`` of ``version``."""
-        if self.call_ms is None:
+        if self.whole_group:
             return max(1, len(pairs))
         rows = sum(_rows(item) for _, item in pairs) / max(1, len(pairs))
-        return self.pace.requests_within(version, self.call_ms, rows, self.max_chunk)
+        return self.pace.requests_within(version, rows, self.max_chunk)
 
 
 async def answer(records: list[ConsumerRecord], pulled_ms: float, how: Answering) -> Answers:

@@ -40,7 +40,7 @@ class Worker:
         registry = Registry(settings.registry_dir)
         self.served = registry.resolve(settings.model).manifest
         self.model = self.served.name
-        self.pace = Pace()
+        self.pace = Pace(settings.background_call_ms)
         self.sessions = Sessions(registry, settings.device, settings.intra_op_threads,
                                  settings.assume_gpu, settings.intra_op_spinning)
         self.stamp_keys = settings.stamp_keys()
@@ -132,11 +132,9 @@ class Worker:
         requests ran inference."""
         pulled, inferred = float(now_ms()), 0
         for n, (priority, records) in enumerate(by_class(batch, self.topic_class)):
-            call_ms = (None if priority == Priority.INTERACTIVE
-                       else self.settings.background_call_ms)
             how = Answering(self.model, self.stamp_keys, self.sessions, lane.executor,
-                            self.pace, call_ms, self.settings.background_max_batch,
-                            self.settings.names)
+                            self.pace, priority == Priority.INTERACTIVE,
+                            self.settings.background_max_batch, self.settings.names)
             answers = await answer(records, pulled, how)
             inferred += sum(ran_inference(outputs) for outputs in answers.values())
             if n == 0:

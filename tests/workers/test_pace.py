@@ -2,29 +2,41 @@ from workers.pace import Pace
 
 
 def test_an_untimed_version_runs_one_request_per_call():
-    assert Pace().requests_within("v1", budget_ms=10, rows_per_request=1, cap=256) == 1
+    assert Pace(10).requests_within("v1", rows_per_request=1, cap=256) == 1
 
 
-def test_requests_per_call_fill_the_budget_from_the_measured_time_per_row():
-    pace = Pace()
-    pace.observe("fast", rows=100, ms=1.0)      # 0.01 ms per row
-    pace.observe("slow", rows=4, ms=10.0)       # 2.5 ms per row
-    assert pace.requests_within("fast", 10, rows_per_request=1, cap=256) == 256
-    assert pace.requests_within("fast", 10, rows_per_request=32, cap=256) == 31
-    assert pace.requests_within("slow", 10, rows_per_request=1, cap=256) == 4
-    assert pace.requests_within("slow", 10, rows_per_request=32, cap=256) == 1
+def test_a_fast_version_fills_its_calls_up_to_the_cap():
+    pace = Pace(10)
+    pace.observe("fast", rows=100, ms=1.0)     # 0.01 ms per row
+    assert pace.requests_within("fast", rows_per_request=1, cap=256) == 200   # grows 2x
+    pace.observe("fast", rows=200, ms=2.0)
+    assert pace.requests_within("fast", rows_per_request=1, cap=256) == 256
+    assert pace.requests_within("fast", rows_per_request=32, cap=256) == 8   # 260 rows
 
 
-def test_the_pace_follows_a_version_that_slows_down():
-    pace = Pace()
-    pace.observe("v", rows=10, ms=10.0)
-    for _ in range(30):
-        pace.observe("v", rows=10, ms=100.0)
-    assert pace.requests_within("v", 100, rows_per_request=1, cap=256) == 10
+def call_ms(rows: int) -> float:
+    """A model whose calls cost 2 ms plus 1 ms per row."""
+    return 2.0 + rows
+
+
+def test_calls_grow_until_they_take_the_budget_despite_a_fixed_cost_per_call():
+    pace, rows = Pace(10), 1
+    for _ in range(40):
+        pace.observe("v", rows, call_ms(rows))
+        rows = pace.requests_within("v", rows_per_request=1, cap=256)
+    assert rows in (7, 8) and call_ms(rows) <= 10.5   # 8 rows: 10 ms
+
+
+def test_a_version_that_slows_down_gets_smaller_calls():
+    pace = Pace(10)
+    pace.observe("v", rows=8, ms=10.0)
+    for _ in range(20):
+        pace.observe("v", rows=8, ms=40.0)
+    assert pace.requests_within("v", rows_per_request=1, cap=256) == 2
 
 
 def test_nonsense_timings_are_ignored():
-    pace = Pace()
+    pace = Pace(10)
     pace.observe("v", rows=0, ms=5.0)
     pace.observe("v", rows=3, ms=-1.0)
-    assert pace.requests_within("v", 10, 1, 256) == 1
+    assert pace.requests_within("v", 1, 256) == 1
