@@ -99,7 +99,7 @@ class KipClient:
 
     async def _start(self) -> None:
         self._verifier = _verifier(self._result_keys)
-        self._producer = await self._start_producer(linger_ms=1)
+        self._producer = await self._start_producer(linger_ms=0)
         self._bulk_producer = await self._start_producer(linger_ms=self.bulk_linger_ms)
         self._consumer = self.kafka.consumer(group_id=None)
         await self._consumer.start()
