@@ -43,10 +43,11 @@ RETRY_BACKOFF_S = 0.5
 # aiokafka retries AddOffsetsToTxn and EndTxn after retry_backoff_ms, 100 ms by
 # default: every such retry would add 100 ms to the requests in the transaction.
 TXN_RETRY_BACKOFF_MS = 10
-# A transaction's records go in batches of up to 1 MiB per partition. With aiokafka's
-# 16 KiB, each full batch woke the sender, and a round of work items left in ~12 produce
-# requests; now they are all added before the first await and leave in one, while
-# AddOffsetsToTxn is in flight (a linger until the commit would cost two round trips).
+# A transaction's records go in record batches of up to 1 MiB per partition, built here
+# and handed over whole (``_send_batches``). With aiokafka's 16 KiB batches, each full
+# batch woke the sender, and a round of work items left in ~12 produce requests; now
+# they leave in one, while AddOffsetsToTxn is in flight (a linger until the commit would
+# also give one, but two round trips later).
 TXN_BATCH_BYTES = 1024 * 1024
 
 
@@ -120,15 +121,9 @@ class PartitionTransactions:
             return
         await producer.begin_transaction()
         sent: list[asyncio.Future] = []
-        placed: dict[str, int | None] = {}
         try:
-            for e in live:
-                for topic, key, value, headers, partition in e.outputs:
-                    if partition is None and topic not in placed:
-                        placed[topic] = await self._placement(producer, topic)
-                    sent.append(await producer.send(
-                        topic, value, key=key, headers=headers,
-                        partition=placed.get(topic) if partition is None else partition))
+            for (topic, partition), batch in (await self._by_partition(producer, live)).items():
+                sent += await _send_batches(producer, topic, partition, batch)
             await producer.send_offsets_to_transaction({tp: live[-1].offset + 1},
                                                        self.group_id)
             await producer.commit_transaction()
@@ -137,11 +132,34 @@ class PartitionTransactions:
                 future.add_done_callback(_retrieve)
         self._floor[tp] = live[-1].offset + 1
 
-    async def _placement(self, producer: AIOKafkaProducer, topic: str) -> int | None:
-        """One random partition for a topic that needs no key placement, else None."""
-        if not self.any_partition(topic):
-            return None
-        return random.choice(sorted(await producer.partitions_for(topic)))
+    async def _by_partition(self, producer: AIOKafkaProducer, live: list[Entry]
+                            ) -> dict[tuple[str, int], list[Record]]:
+        """The records of ``live`` by topic and partition, in order: an explicit
+        partition, else one partition per topic that needs no key placement, else the
+        producer's partitioner over the key (as ``producer.send`` would place it)."""
+        placements: dict[str, Callable[[bytes | None], int]] = {}
+        groups: dict[tuple[str, int], list[Record]] = {}
+        for entry in live:
+            for record in entry.outputs:
+                partition = record.partition
+                if partition is None:
+                    place = placements.get(record.topic)
+                    if place is None:
+                        place = placements[record.topic] = await self._placement(
+                            producer, record.topic)
+                    partition = place(record.key)
+                groups.setdefault((record.topic, partition), []).append(record)
+        return groups
+
+    async def _placement(self, producer: AIOKafkaProducer, topic: str
+                         ) -> Callable[[bytes | None], int]:
+        """Where a record of ``topic`` goes in this transaction, by its key."""
+        partitions = list(await producer.partitions_for(topic))
+        if self.any_partition(topic):
+            chosen = random.choice(sorted(partitions))
+            return lambda key: chosen
+        available = list(producer.client.cluster.available_partitions_for_topic(topic) or ())
+        return lambda key: producer._partitioner(key, partitions, available)
 
     async def claim(self, tp: TopicPartition) -> None:
         """Take ``tp`` over now: fence its previous owner (the broker aborts that owner's
@@ -196,6 +214,24 @@ class PartitionTransactions:
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
+
+
+async def _send_batches(producer: AIOKafkaProducer, topic: str, partition: int,
+                        records: list[Record]) -> list[asyncio.Future]:
+    """``records`` in as few record batches as fit (``TXN_BATCH_BYTES`` each), built
+    here: one ``send_batch`` per batch instead of a ``send`` (a future, a metadata check,
+    a partitioner call) per record."""
+    futures = []
+    batch = producer.create_batch()
+    for record in records:
+        if batch.append(key=record.key, value=record.value, timestamp=None,
+                        headers=record.headers) is None:   # full: a batch's first always fits
+            futures.append(await producer.send_batch(batch, topic, partition=partition))
+            batch = producer.create_batch()
+            batch.append(key=record.key, value=record.value, timestamp=None,
+                         headers=record.headers)
+    futures.append(await producer.send_batch(batch, topic, partition=partition))
+    return futures
 
 
 def _retrieve(future: asyncio.Future) -> None:
