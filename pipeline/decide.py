@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from pipeline.access import DEFAULT_REPLAY_WINDOW_MS, AccessConfig, authenticate, authorize
 from pipeline.admission import (AdmissionPolicy, check_deadline, check_payload_size,
@@ -194,10 +195,14 @@ def check_served(model: str, priority: Priority, ctx: Context) -> None:
 
 
 def _class_of(topic: str, ctx: Context) -> Priority:
-    for priority in Priority:
-        if topic == ctx.names.requests(priority):
-            return priority
-    return Priority.BATCH   # the most generous limit; the topic check rejects it later
+    return _request_classes(ctx.names).get(topic, Priority.BATCH)   # BATCH: the most
+    # generous limit; the topic check rejects it later
+
+
+@lru_cache(maxsize=16)
+def _request_classes(names: TopicNames) -> dict[str, Priority]:
+    """Request topic -> its class (built once: this runs for every message)."""
+    return {names.requests(priority): priority for priority in Priority}
 
 
 def _model_limit(origin: Origin, ctx: Context) -> int | None:
