@@ -30,8 +30,14 @@ from topics.catalogue import MAX_MESSAGE_BYTES
 # A fetch must hold at least one whole record of the largest size, plus its batch header.
 FETCH_HEADROOM_BYTES = 1024 * 1024
 
+# A producer's record batches hold up to 1 MiB per partition. With aiokafka's 16 KiB,
+# each full batch woke the sender: a 32-row request (~11 KB) went in a produce request
+# of its own, whatever the linger, and the broker spends more per produce request than
+# per record. A batch holds at least one record, so bigger records still go.
+BATCH_BYTES = 1024 * 1024
 PRODUCER_DEFAULTS: dict[str, Any] = {
-    "acks": "all", "enable_idempotence": True, "max_request_size": MAX_MESSAGE_BYTES}
+    "acks": "all", "enable_idempotence": True, "max_request_size": MAX_MESSAGE_BYTES,
+    "max_batch_size": BATCH_BYTES}
 CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable_auto_commit": False, "isolation_level": "read_committed",
     "max_partition_fetch_bytes": MAX_MESSAGE_BYTES + FETCH_HEADROOM_BYTES}

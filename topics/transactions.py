@@ -43,12 +43,12 @@ RETRY_BACKOFF_S = 0.5
 # aiokafka retries AddOffsetsToTxn and EndTxn after retry_backoff_ms, 100 ms by
 # default: every such retry would add 100 ms to the requests in the transaction.
 TXN_RETRY_BACKOFF_MS = 10
-# A transaction's records go in record batches of up to 1 MiB per partition, built here
-# and handed over whole (``_send_batches``). With aiokafka's 16 KiB batches, each full
-# batch woke the sender, and a round of work items left in ~12 produce requests; now
-# they leave in one, while AddOffsetsToTxn is in flight (a linger until the commit would
-# also give one, but two round trips later).
-TXN_BATCH_BYTES = 1024 * 1024
+# A transaction's records go in record batches per partition (up to the producers'
+# ``BATCH_BYTES``), built here and handed over whole (``_send_batches``): with one
+# ``send`` per record and aiokafka's 16 KiB batches, each full batch woke the sender,
+# and a round of work items left in ~12 produce requests; now they leave in one, while
+# AddOffsetsToTxn is in flight (a linger until the commit would also give one, but two
+# round trips later).
 
 
 def transaction_timeout_ms(session_timeout_ms: int) -> int:
@@ -173,8 +173,7 @@ class PartitionTransactions:
             return producer
         producer = self.kafka.producer(
             transactional_id=self.transactional_id(tp), transaction_timeout_ms=self.timeout_ms,
-            client_id=self.transactional_id(tp), retry_backoff_ms=TXN_RETRY_BACKOFF_MS,
-            max_batch_size=TXN_BATCH_BYTES)
+            client_id=self.transactional_id(tp), retry_backoff_ms=TXN_RETRY_BACKOFF_MS)
         try:
             await producer.start()
             await producer._txn_manager.wait_for_pid()   # InitProducerId: the fence
@@ -218,7 +217,7 @@ class PartitionTransactions:
 
 async def _send_batches(producer: AIOKafkaProducer, topic: str, partition: int,
                         records: list[Record]) -> list[asyncio.Future]:
-    """``records`` in as few record batches as fit (``TXN_BATCH_BYTES`` each), built
+    """``records`` in as few record batches as fit (``BATCH_BYTES`` each), built
     here: one ``send_batch`` per batch instead of a ``send`` (a future, a metadata check,
     a partitioner call) per record."""
     futures = []
