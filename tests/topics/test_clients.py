@@ -9,7 +9,7 @@ import pytest
 from devkit.layers import modules
 from tests.conftest import repo_root
 from topics.catalogue import MAX_MESSAGE_BYTES
-from topics.clients import KafkaConnection
+from topics.clients import BATCH_BYTES, KafkaConnection
 
 BUILDS_A_CLIENT = re.compile(r"AIOKafka(Producer|Consumer|AdminClient)\(|kafka://")
 
@@ -33,7 +33,7 @@ def test_producers_and_consumers_get_the_safe_defaults(monkeypatch):
     assert producer == {"bootstrap_servers": "127.0.0.1:1", "security_protocol": "PLAINTEXT",
                         "acks": "all",
                         "enable_idempotence": True, "max_request_size": MAX_MESSAGE_BYTES,
-                        "linger_ms": 20}
+                        "max_batch_size": BATCH_BYTES, "linger_ms": 20}
     topics, consumer = built["AIOKafkaConsumer"]
     assert topics == ("t",) and consumer["isolation_level"] == "read_committed"
     assert consumer["enable_auto_commit"] is False and consumer["group_id"] is None
