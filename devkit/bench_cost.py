@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=int, default=3000, help="(a) single-row requests")
     p.add_argument("--batched", type=int, default=1000, help="(b) 32-row requests")
     p.add_argument("--sequential", type=int, default=200, help="(c) interactive requests")
-    p.add_argument("--warm-up", type=int, default=1000,
+    p.add_argument("--warm-up", type=int, default=6000,
                    help="single-row requests run before measuring, unmeasured: the broker's "
                    "JIT compiler and every cache reach their steady state")
     p.add_argument("--floor-events", type=int, default=5000, help="(d) faust floor events")

@@ -76,7 +76,7 @@ async def measure(stack: DevStack, broker: LocalBroker) -> None:
         for model, inputs in (("digits", {"pixels": np.zeros((1, 64), np.float32)}),
                               ("minilm", {"text": ["warm"]})):
             assert (await kip.infer(model, inputs, timeout_s=120)).status == "ok"
-        await in_flight(kip, pids, 1000, 1)   # warm-up, as kip bench cost does
+        await in_flight(kip, pids, 6000, 1)   # warm-up, as kip bench cost does
         for title, count, rows in (("(a) single row, CPU µs per request", 3000, 1),
                                    ("(b) 32 rows, CPU µs per row", 1000, 32)):
             spent = await in_flight(kip, pids, count, rows)
