@@ -43,15 +43,16 @@ class Answering:
     executor: Executor
     pace: Pace
     whole_group: bool
-    max_chunk: int
+    chunk_bounds: tuple[int, int]   # fewest and most requests per call
     names: TopicNames
 
     def chunk(self, version: str, pairs: list[Pair]) -> int:
         """Requests per inference call for ``pairs`` of ``version``."""
         if self.whole_group:
             return max(1, len(pairs))
+        fewest, most = self.chunk_bounds
         rows = sum(_rows(item) for _, item in pairs) / max(1, len(pairs))
-        return self.pace.requests_within(version, rows, self.max_chunk)
+        return max(fewest, self.pace.requests_within(version, rows, most))
 
 
 async def answer(records: list[ConsumerRecord], pulled_ms: float, how: Answering) -> Answers:

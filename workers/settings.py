@@ -39,6 +39,10 @@ class WorkerSettings(KipSettings):
         10.0, gt=0, description="about how long one inference call for standard and batch "
         "requests may take (the longest an interactive request waits for a call already "
         "running): requests per call follow from the measured time per row")
+    background_min_batch: int = Field(
+        4, ge=1, description="at least this many standard or batch requests per inference "
+        "call, however long calls take: on a contended host calls slow down, and smaller "
+        "calls would cost more per row and slow them further")
     background_max_batch: int = Field(
         256, ge=1, description="at most this many standard or batch requests per inference "
         "call")

@@ -130,11 +130,11 @@ class Worker:
         """Answer ``batch`` class by class, highest first; each class starts to commit
         once answered, after the previous batch's commits have finished. Returns how many
         requests ran inference."""
-        pulled, inferred = float(now_ms()), 0
+        pulled, inferred, s = float(now_ms()), 0, self.settings
         for n, (priority, records) in enumerate(by_class(batch, self.topic_class)):
             how = Answering(self.model, self.stamp_keys, self.sessions, lane.executor,
                             self.pace, priority == Priority.INTERACTIVE,
-                            self.settings.background_max_batch, self.settings.names)
+                            (s.background_min_batch, s.background_max_batch), s.names)
             answers = await answer(records, pulled, how)
             inferred += sum(ran_inference(outputs) for outputs in answers.values())
             if n == 0:
