@@ -5,9 +5,9 @@
   waits longer than ``max_delay_ms`` for company.
 - ``by_class``, ``by_version``: a batch is answered class by class, highest first, and
   each class's requests run per model version.
-- ``run_group``: a group runs in chunks (standard and batch requests in chunks of
-  ``background_max_batch`` rows: one chunk is the longest an interactive request waits
-  for the device), back to back in the inference thread, so the device goes from one
+- ``run_group``: a group runs in chunks (standard and batch requests in chunks of about
+  ``background_call_ms`` of inference, sized by ``workers/pace.py``: one chunk is the
+  longest an interactive request waits for the device), back to back in the inference thread, so the device goes from one
   chunk to the next without a round trip through the event loop, which is busy with
   fetches and commits under load. Deadlines are checked right before each chunk, so a
   request that expires while earlier chunks run is not inferred. A chunk that fails is
