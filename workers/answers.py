@@ -52,7 +52,7 @@ class Answering:
             return max(1, len(pairs))
         fewest, most = self.chunk_bounds
         rows = sum(_rows(item) for _, item in pairs) / max(1, len(pairs))
-        return max(fewest, self.pace.requests_within(version, rows, most))
+        return min(most, max(fewest, self.pace.requests_within(version, rows, most)))
 
 
 async def answer(records: list[ConsumerRecord], pulled_ms: float, how: Answering) -> Answers:
