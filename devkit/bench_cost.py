@@ -117,11 +117,18 @@ async def all_in_flight(kip: KipClient, pids: dict[str, int], count: int, rows: 
     _all_ok(results)
     inference_ms = sum(r.timings.inference_ms / max(1, r.batch_size) * rows for r in results)
     per_request = {n: us / count for n, us in spent.items()}
+    inference_us = inference_ms * 1000 / count
+    total = sum(per_request.values())
     return {"requests": count, "rows": rows, "requests_per_s": count / elapsed,
-            "cpu_us_per_request": per_request | {"all": sum(per_request.values())},
+            "cpu_us_per_request": per_request | {"all": total},
             "cpu_us_per_row": {n: us / rows for n, us in per_request.items()}
-            | {"all": sum(per_request.values()) / rows},
-            "inference_wall_us_per_request": inference_ms * 1000 / count}
+            | {"all": total / rows},
+            "inference_wall_us_per_request": inference_us,
+            # CPU minus the wall time of the inference calls (ONNX Runtime's run, and the
+            # session's joining and splitting of rows): what kip costs around them.
+            "outside_inference_us_per_request": {
+                "worker digits": per_request["worker digits"] - inference_us,
+                "all": total - inference_us}}
 
 
 def _all_ok(results: list[InferenceResult]) -> None:
@@ -192,6 +199,11 @@ def render(report: dict) -> str:
         lines.append(f"  {'process':16} {'CPU µs/request':>15} {'CPU µs/row':>11}")
         for name, us in r["cpu_us_per_request"].items():
             lines.append(f"  {name:16} {us:15.0f} {r['cpu_us_per_row'][name]:11.1f}")
+        outside = r["outside_inference_us_per_request"]
+        lines.append(f"  outside the inference calls (CPU minus their wall time): worker "
+                     f"digits {outside['worker digits']:.0f} µs/request, all "
+                     f"{outside['all']:.0f} µs/request, {outside['all'] / r['rows']:.1f} "
+                     "µs/row")
     c = report["c_sequential"]
     lines.append("\n(c) interactive MiniLM, one at a time (ms):")
     for stage, figures in c.items():

@@ -26,6 +26,9 @@ def test_a_small_cost_run_reports_every_process_stage_and_floor(registry, capsys
     assert set(a["cpu_us_per_request"]) == {"broker", "pipeline", "worker minilm",
                                             "worker digits", "client", "all"}
     assert a["cpu_us_per_request"]["all"] > 0 and report["b_32_rows"]["rows"] == 32
+    outside = a["outside_inference_us_per_request"]
+    assert outside["all"] == a["cpu_us_per_request"]["all"] - a["inference_wall_us_per_request"]
+    assert outside["worker digits"] < a["cpu_us_per_request"]["worker digits"]
     stages = report["c_sequential"]
     assert {"admission", "transport", "batch_wait", "inference", "commit_and_return",
             "raw_onnx_runtime"} <= set(stages)
