@@ -43,12 +43,6 @@ RETRY_BACKOFF_S = 0.5
 # aiokafka retries AddOffsetsToTxn and EndTxn after retry_backoff_ms, 100 ms by
 # default: every such retry would add 100 ms to the requests in the transaction.
 TXN_RETRY_BACKOFF_MS = 10
-# A transaction's records go in record batches per partition (up to the producers'
-# ``BATCH_BYTES``), built here and handed over whole (``_send_batches``): with one
-# ``send`` per record and aiokafka's 16 KiB batches, each full batch woke the sender,
-# and a round of work items left in ~12 produce requests; now they leave in one, while
-# AddOffsetsToTxn is in flight (a linger until the commit would also give one, but two
-# round trips later).
 
 
 def transaction_timeout_ms(session_timeout_ms: int) -> int:
@@ -217,9 +211,12 @@ class PartitionTransactions:
 
 async def _send_batches(producer: AIOKafkaProducer, topic: str, partition: int,
                         records: list[Record]) -> list[asyncio.Future]:
-    """``records`` in as few record batches as fit (``BATCH_BYTES`` each), built
-    here: one ``send_batch`` per batch instead of a ``send`` (a future, a metadata check,
-    a partitioner call) per record."""
+    """``records`` in as few record batches as fit (the producers' ``BATCH_BYTES``
+    each), built here: one ``send_batch`` per batch instead of a ``send`` (a future, a
+    metadata check, a partitioner call) per record. They leave in one produce request
+    while AddOffsetsToTxn is in flight; with a ``send`` per record and aiokafka's 16 KiB
+    batches, a round of work items left in ~12 (a linger until the commit would also
+    give one, but two round trips later)."""
     futures = []
     batch = producer.create_batch()
     for record in records:

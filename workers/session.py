@@ -21,9 +21,9 @@ import numpy as np
 from models.preprocess import encode_texts
 from models.registry import ModelVersion, Registry
 from runtime import metrics
-from workers import cuda
 from schemas.errors import InferenceFailed
 from schemas.tensors import Tensor
+from workers import cuda
 
 log = logging.getLogger("kip.worker")
 CUDA = "CUDAExecutionProvider"
@@ -68,8 +68,8 @@ class ModelSession:
         options.intra_op_num_threads = intra_op_threads
         # ONNX Runtime's pool threads spin for a while after each call, waiting for the
         # next: on a host whose cores also run the broker and the pipeline, that is CPU
-        # taken from them (three times the worker's own cost per request for the digits
-        # model, docs/benchmarks.md). Off unless the host is the worker's alone.
+        # taken from them (most of the digits worker's CPU per request, docs/
+        # benchmarks.md). Off unless the host is the worker's alone.
         options.add_session_config_entry("session.intra_op.allow_spinning",
                                          "1" if spinning else "0")
         self.session = ort.InferenceSession(str(version.artifact), options,
