@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from contextlib import AsyncExitStack
@@ -107,11 +108,13 @@ async def faust_consume_cpu(kafka: KafkaConnection, payload: bytes, events: int,
     finally:
         await producer.stop()
     # the cost benchmark's own broker is a plain one: its address is all the probe needs
-    settings = json.dumps({"topic": topic, "events": events, "bootstrap": kafka.bootstrap})
-    done = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "devkit.floors", settings],
-        capture_output=True, text=True, timeout=timeout_s, env=os.environ | {"PYTHONPATH":
-                                                                            os.getcwd()})
+    with tempfile.TemporaryDirectory(prefix="kip-floor-") as datadir:
+        settings = json.dumps({"topic": topic, "events": events,
+                               "bootstrap": kafka.bootstrap, "datadir": datadir})
+        done = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "devkit.floors", settings],
+            capture_output=True, text=True, timeout=timeout_s,
+            env=os.environ | {"PYTHONPATH": os.getcwd()})
     # faust sends a worker's stdout to its log, with a prefix: find the report anywhere
     found = re.findall(r'\{"cpu_us_per_event": [0-9.e+-]+\}', done.stdout + done.stderr)
     if not found:
@@ -125,7 +128,8 @@ def _faust_probe(settings: dict) -> None:
 
     kafka = KafkaConnection(bootstrap=settings["bootstrap"])
     app = faust.App(f"floor-{uuid.uuid4().hex[:8]}", **kafka.faust_broker(),
-                    store="memory://", web_enabled=False, autodiscover=False,
+                    store="memory://", datadir=settings["datadir"], web_enabled=False,
+                    autodiscover=False,
                     consumer_auto_offset_reset="earliest", topic_replication_factor=1)
     topic = app.topic(settings["topic"], key_serializer="raw", value_serializer="raw")
     seen = {"n": 0, "cpu": 0.0}

@@ -82,8 +82,11 @@ class ChunkRun(Generic[P]):
 
 
 def chunked(items: Sequence[P], size: int) -> list[list[P]]:
-    size = max(1, size)
-    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+    """``items`` in as few chunks of at most ``size`` as fit, their sizes within one of
+    each other (10 by 4: 4, 3, 3; not 4, 4, 2)."""
+    count = -(-len(items) // max(1, size))
+    bounds = [len(items) * i // max(1, count) for i in range(count + 1)]
+    return [list(items[a:b]) for a, b in zip(bounds, bounds[1:])]
 
 
 def run_chunks(run: Callable[[list[P]], list], chunks: list[list[P]],

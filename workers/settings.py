@@ -46,3 +46,8 @@ class WorkerSettings(KipSettings):
     background_max_batch: int = Field(
         256, ge=1, description="at most this many standard or batch requests per inference "
         "call")
+    background_pull: int = Field(
+        0, ge=0, description="standard/batch records pulled, answered and committed "
+        "together (one transaction per input partition), in calls sized as above; 0 = "
+        "max_batch. More than one call's worth costs the broker fewer transactions per "
+        "request, and results wait for the whole pull")

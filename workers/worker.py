@@ -111,16 +111,23 @@ class Worker:
         while True:
             if prioritizer is not None:
                 await prioritizer.apply()
-            batch = await next_batch(lane.consumer, self.max_batch, self._delay_ms(lane))
+            pull = self._pull(lane)
+            batch = await next_batch(lane.consumer, pull, self._delay_ms(lane))
             if not batch:
-                self.throughput.batch_done(lane.name, 0, 0, self.max_batch)
+                self.throughput.batch_done(lane.name, 0, 0, pull)
                 await lane.settle()   # surface a failed commit even when idle
                 continue
             async with lane.busy:
                 inferred = await self.process(batch, lane)
-            self.throughput.batch_done(lane.name, len(batch), inferred, self.max_batch)
+            self.throughput.batch_done(lane.name, len(batch), inferred, pull)
             if prioritizer is not None:
                 prioritizer.served({self.topic_class[r.topic] for r in batch})
+
+    def _pull(self, lane: Lane) -> int:
+        """Records one batch of ``lane`` takes (answered, then committed together)."""
+        if lane.name == "interactive":
+            return self.max_batch
+        return self.settings.background_pull or self.max_batch
 
     def _delay_ms(self, lane: Lane) -> float:
         s = self.settings
@@ -134,7 +141,8 @@ class Worker:
         for n, (priority, records) in enumerate(by_class(batch, self.topic_class)):
             how = Answering(self.model, self.stamp_keys, self.sessions, lane.executor,
                             self.pace, priority == Priority.INTERACTIVE,
-                            (s.background_min_batch, s.background_max_batch), s.names)
+                            (s.background_min_batch, min(s.background_max_batch,
+                                                         self.max_batch)), s.names)
             answers = await answer(records, pulled, how)
             inferred += sum(ran_inference(outputs) for outputs in answers.values())
             if n == 0:

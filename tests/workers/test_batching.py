@@ -13,16 +13,18 @@ from workers.batching import by_class, chunked, run_chunks, run_group
 
 
 def test_chunked_keeps_order_and_sizes():
-    assert chunked(list(range(10)), 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert chunked(list(range(10)), 4) == [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]
+    assert chunked(list(range(8)), 4) == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert chunked([1, 2], 0) == [[1], [2]]
+    assert chunked([], 4) == []
 
 
 def test_every_chunk_runs_in_one_call():
     calls = []
     runs = run_chunks(lambda live: calls.append(live) or [x * 10 for x in live],
                       chunked(list(range(6)), 4), deadline=lambda x: now_ms() + 60_000)
-    assert calls == [[0, 1, 2, 3], [4, 5]]
-    assert [r.outputs for r in runs] == [[0, 10, 20, 30], [40, 50]]
+    assert calls == [[0, 1, 2], [3, 4, 5]]
+    assert [r.outputs for r in runs] == [[0, 10, 20], [30, 40, 50]]
     assert all(r.error is None and r.started_ms <= r.finished_ms for r in runs)
 
 
@@ -78,5 +80,5 @@ def test_a_failed_chunk_is_retried_one_by_one_so_only_the_poison_fails():
     runs = asyncio.run(go())
     served = [(r.live, r.outputs) for r in runs if r.live and r.error is None]
     failed = [(r.live, str(r.error)) for r in runs if r.error is not None]
-    assert served == [(["a"], ["A"]), (["b"], ["B"]), (["c"], ["C"])]
+    assert served == [(["a"], ["A"]), (["b", "c"], ["B", "C"])]   # chunks: a+poison, b+c
     assert failed == [(["poison"], "NaN")]

@@ -40,3 +40,15 @@ def test_nonsense_timings_are_ignored():
     pace.observe("v", rows=0, ms=5.0)
     pace.observe("v", rows=3, ms=-1.0)
     assert pace.requests_within("v", 1, 256) == 1
+
+
+def test_the_remainder_of_a_batch_does_not_pull_the_fit_down():
+    """Batches of 32 requests, calls of at least 4, a budget that fits 78 rows: calls
+    grow to the whole batch. (With the growth capped by each call's own rows, a short
+    remainder call pulled the fit down and every batch ran as 28 + 4.)"""
+    pace = Pace(100)
+    for _ in range(60):
+        size = min(32, max(4, pace.requests_within("v", rows_per_request=1, cap=32)))
+        for rows in [size] * (32 // size) + [32 % size] * bool(32 % size):
+            pace.observe("v", rows, 2.0 + 1.25 * rows)
+    assert pace.requests_within("v", rows_per_request=1, cap=32) == 32

@@ -1,0 +1,63 @@
+"""The background lane's pull: more records than one call takes are answered in calls of
+at most ``max_batch`` and committed together, in one transaction per input partition."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from schemas.codec import encode, headers
+from schemas.messages import InferenceResult, Priority
+from schemas.stamps import stamped
+from tests.e2e.conftest import read_topic
+from tests.workers.test_long_batches import _work_item
+from topics.admin import apply
+from topics.catalogue import catalogue
+from topics.names import TopicNames
+from workers.settings import WorkerSettings
+from workers.worker import Worker
+
+pytestmark = pytest.mark.broker
+REQUESTS, CALL, PULL = 12, 4, 12
+
+
+@pytest.mark.timeout(120)
+def test_a_pull_runs_in_calls_of_max_batch_and_commits_once(broker, registry, prefix,
+                                                            tmp_path):
+    names = TopicNames(prefix)
+
+    async def scenario():
+        await apply(broker.kafka, catalogue(names, ["digits"]))
+        settings = WorkerSettings(home=tmp_path, bootstrap=broker.bootstrap,
+                                  topic_prefix=prefix, registry_dir=registry.root,
+                                  model="digits", max_batch=CALL, background_pull=PULL,
+                                  max_delay_ms=5_000, background_min_batch=CALL)
+        settings.ensure_keys()
+        async with Worker(settings) as worker:
+            background = worker.lanes[1].transactions
+            commits, commit = [], background.commit
+
+            async def counted(tp, entries):
+                commits.append(len(entries))
+                return await commit(tp, entries)
+            background.commit = counted
+            items = [stamped(_work_item(registry, names), settings.stamp_keys())
+                     for _ in range(REQUESTS)]
+            async with AIOKafkaProducer(bootstrap_servers=broker.bootstrap) as producer:
+                for item in items:   # one partition: one transaction for the pull
+                    await producer.send(names.work("digits", Priority.STANDARD),
+                                        encode(item), partition=0, headers=headers(item))
+            for _ in range(60):
+                results = await read_topic(broker.kafka, names.results)
+                if len(results) >= REQUESTS:
+                    break
+                await asyncio.sleep(0.5)
+        decoded = [InferenceResult.model_validate_json(r.value) for r in results]
+        assert sorted(r.request_id for r in decoded if r.status == "ok") == sorted(
+            i.request.request_id for i in items)
+        calls = {r.timings.inference_started_at_ms: r.batch_size for r in decoded}
+        assert sorted(calls.values()) == [CALL] * (REQUESTS // CALL)
+        assert commits == [REQUESTS]
+    asyncio.run(scenario())
