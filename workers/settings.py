@@ -16,11 +16,12 @@ class WorkerSettings(KipSettings):
     assume_gpu: bool = Field(
         False, description="with device=auto, ask for CUDA even where /dev/nvidia0 is "
         "missing (a container that exposes the GPU under another device node)")
-    max_batch: int = Field(0, description="requests per inference call; 0 = manifest max_batch")
+    max_batch: int = Field(0, description="the most requests per inference call, and the "
+                           "records one interactive pull takes; 0 = manifest max_batch")
     max_delay_ms: float = Field(5.0, description="longest wait to fill a standard or batch "
                                 "class batch")
     interactive_max_delay_ms: float = Field(
-        1.0, description="longest wait to fill an interactive batch: every ms of it is a "
+        0.0, description="longest wait to fill an interactive batch: every ms of it is a "
         "ms of latency when requests trickle in, and under load a fetch returns many at once")
     session_timeout_ms: int = Field(30_000, description="consumer group session timeout; "
                                     "transactions time out at two thirds of it")
