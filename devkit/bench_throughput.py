@@ -2,9 +2,10 @@
 whole kip pipeline, in one run.
 
 Starts its own broker (free loopback port, temporary folder), topics, pipeline and
-workers, so both figures come from the same machine in the same minute. Prints raw
-sequences/s, pipeline requests/s with p50/p99 latency while every request is in flight
-at once (queueing dominates), their ratio, and latency one request at a time.
+workers, so both figures come from the same machine in the same minutes. Prints raw
+sequences/s (before and after kip's run, and their mean), kip's requests/s with p50/p99
+latency while every request is in flight at once (queueing dominates) after a warm-up,
+their ratio, and latency one request at a time.
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    raw, piped = asyncio.run(_measure(args.requests, args.warm_up, args.registry))
-    print(f"\nraw ORT (tokenize + run, batch 32): {raw:8.1f} sequences/s")
+    (before, after), piped = asyncio.run(_measure(args.requests, args.warm_up, args.registry))
+    raw = (before + after) / 2
+    print(f"\nraw ORT (tokenize + run, batch 32): {raw:8.1f} sequences/s   "
+          f"(before kip {before:.1f}, after {after:.1f})")
     print(f"kip end to end:                     {piped['rps']:8.1f} requests/s   "
           f"p50 {piped['p50']:.0f} ms   p99 {piped['p99']:.0f} ms   "
           f"mean batch {piped['mean_batch']:.1f}")
@@ -52,16 +55,21 @@ def run(args) -> int:
     return 0
 
 
-async def _measure(requests: int, warm_up: int, registry: Path) -> tuple[float, dict]:
+async def _measure(requests: int, warm_up: int, registry: Path
+                   ) -> tuple[tuple[float, float], dict]:
+    """Raw ONNX Runtime before and after kip's run (this machine drifts by 10-20% within
+    minutes: their mean is the fairer yardstick), and kip's run."""
     texts = sentences(requests)
     async with own_stack("bench", registry, WORKER_ENV) as stack:
-        mv = stack.registry.resolve("minilm")
+        session = ModelSession(stack.registry.resolve("minilm"), device="cpu")
         print(f"raw ONNX Runtime: {len(texts)} sentences at batch 32 ...", flush=True)
-        raw = raw_throughput(ModelSession(mv, device="cpu"), texts)
+        before = raw_throughput(session, texts)
         stack.start_services()
         print(f"pipeline: {len(texts)} single-sentence requests, all in flight, after "
               f"{warm_up} to warm up ...", flush=True)
-        return raw, await pipeline_run(stack, texts, sentences(warm_up, seed=2))
+        piped = await pipeline_run(stack, texts, sentences(warm_up, seed=2))
+        print("raw ONNX Runtime again, kip idle ...", flush=True)
+        return (before, raw_throughput(session, texts)), piped
 
 
 async def _all_in_flight(kip, texts: list[str]) -> list:
