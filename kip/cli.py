@@ -83,6 +83,9 @@ def parser(argv: list[str] = ()) -> argparse.ArgumentParser:
 
 
 def _add_operator_commands(sub) -> None:
+    from kip.batch.command import add_command as add_batch
+
+    add_batch(sub)
     topics = sub.add_parser("topics", help="the topic catalogue")
     topics.add_argument("action", choices=["apply", "list"])
     topics.add_argument("--models", default="minilm,digits", help="comma-separated names")

@@ -39,7 +39,7 @@ from schemas.signing import sign
 from schemas.tensors import Tensor
 from topics.clients import KafkaConnection
 from topics.names import TopicNames
-from topics.reading import assign_all
+from topics.reading import assign_all, reached
 
 Inputs = list[Tensor] | Mapping[str, np.ndarray | list[str]]
 log = logging.getLogger("kip.client")
@@ -177,6 +177,49 @@ class KipClient:
         fut = asyncio.get_running_loop().create_future()
         self._pending[request_id] = _Pending(fut, request_sha256(sent))
         return fut
+
+    def pending_sha256(self, request_id: str) -> str | None:
+        """The digest a result for pending ``request_id`` must name."""
+        pending = self._pending.get(request_id)
+        return None if pending is None else pending.digest
+
+    def forget(self, request_id: str) -> None:
+        """Stop waiting for ``request_id`` (a result that comes later is not matched)."""
+        self._pending.pop(request_id, None)
+
+    async def results_since(self, digests: Mapping[str, str], since_ms: int
+                            ) -> dict[str, InferenceResult]:
+        """Results already on this client's reply topic, from ``since_ms`` to its current
+        end, for the request ids in ``digests`` (id -> sha256 of the message sent): what
+        kip answered while nobody listened (a batch job's resume). Each is checked as a
+        live one is: the deployment's signature, the id and the digest."""
+        consumer = self.kafka.consumer(group_id=None)
+        await consumer.start()
+        try:
+            tps = await assign_all(consumer, self.listening_on, what="reply topic")
+            starts = await consumer.offsets_for_times({tp: since_ms for tp in tps})
+            ends = await consumer.end_offsets(tps)
+            for tp in tps:
+                found = starts.get(tp)
+                consumer.seek(tp, found.offset if found is not None else ends[tp])
+            return await self._collect(consumer, ends, digests)
+        finally:
+            await consumer.stop()
+
+    async def _collect(self, consumer, ends, digests: Mapping[str, str]
+                       ) -> dict[str, InferenceResult]:
+        found: dict[str, InferenceResult] = {}
+        while not await reached(consumer, ends):
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                for record in records:
+                    request_id = record.key.decode("utf-8", "replace") if record.key else ""
+                    if request_id not in digests or request_id in found:
+                        continue
+                    checked = self._check(record, request_id,
+                                          _Pending(None, digests[request_id]))
+                    if not isinstance(checked, str):
+                        found[request_id] = checked
+        return found
 
     async def infer(self, model: str, inputs: Inputs, *, priority: Priority | str = "standard",
                     deadline_ms: int | None = None, timeout_s: float = 30.0) -> InferenceResult:

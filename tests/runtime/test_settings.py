@@ -8,12 +8,14 @@ from pathlib import Path
 
 from devkit.layers import modules
 from devkit.settings import DevSettings
+from kip.batch.settings import BatchSettings
 from pipeline.settings import PipelineSettings
 from runtime.settings import KafkaSettings, KipSettings
 from tests.conftest import repo_root
 from workers.settings import WorkerSettings
 
-SETTINGS = (KipSettings, PipelineSettings, WorkerSettings, DevSettings, KafkaSettings)
+SETTINGS = (KipSettings, PipelineSettings, WorkerSettings, DevSettings, KafkaSettings,
+            BatchSettings)
 READS_ENV = re.compile(r"""(environ\.get\(|environ\[|getenv\()\s*["']KIP_""")
 
 
