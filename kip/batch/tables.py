@@ -155,6 +155,13 @@ class TableWriter:
         pa_csv.write_csv(pa.table(flat), self._file, write_options=options)
 
     def close(self) -> None:
+        """Close the file; one with no rows written is still made (empty; Parquet with
+        only the ``row`` column), so a job whose every row failed still has its output."""
+        if self._writer is None and self._file is None:
+            if self.format == "parquet":
+                pq.write_table(pa.table({"row": pa.array([], pa.int64())}), self.path)
+            else:
+                self.path.write_bytes(b"")
         if self._writer is not None:
             self._writer.close()
         if self._file is not None:

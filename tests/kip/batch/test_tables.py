@@ -95,3 +95,9 @@ def test_parts_cover_chunks_from_the_first_and_a_torn_journal_line_is_skipped(tm
     with open(job.journal_file, "ab") as f:
         f.write(b'{"chunk": 4, "id"')                     # killed mid-line
     assert list(job.sent_since(3)) == [3]
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
+def test_an_output_with_no_rows_is_still_made(tmp_path, suffix):
+    TableWriter(tmp_path / f"out{suffix}").close()
+    assert (tmp_path / f"out{suffix}").exists()
