@@ -7,7 +7,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from devkit import bench_checks, bench_cost, bench_load, bench_throughput, faults
+from devkit import bench_batch, bench_checks, bench_cost, bench_load, bench_throughput, faults
 from devkit.settings import DevSettings
 
 
@@ -21,6 +21,8 @@ BENCHES = [
     ("throughput", bench_throughput, "raw ONNX Runtime against kip end to end, one run"),
     ("cost", bench_cost, "CPU per request of every process, latency by stage, and the "
      "bare-library floors, in one run"),
+    ("batch", bench_batch, "kip batch run against raw ONNX Runtime: rows/s, peak RSS, "
+     "interactive p99 beside the job"),
     ("checks", bench_checks, "CPU per request of the stamp, signature and replay checks, "
      "beside request authentication (no Kafka)"),
 ]

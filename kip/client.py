@@ -21,7 +21,7 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,14 +139,20 @@ class KipClient:
         return InferenceRequest(**fields, signature=signature, inputs=tensors,
                                 traceparent=_new_traceparent())
 
-    async def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResult]:
+    async def submit(self, request: InferenceRequest,
+                     on_delivered: Callable[[], None] | None = None
+                     ) -> asyncio.Future[InferenceResult]:
         """Publish ``request``; the returned future resolves with its result (or fails
         if Kafka did not take the request). Does not wait for the broker's ack, so many
-        requests can be in flight from one task."""
+        requests can be in flight from one task; ``on_delivered`` is called once the
+        broker has it."""
         value = encode(request)
         fut = self.expect(request.request_id, value)
         delivery = await self._publish(request, value)
         delivery.add_done_callback(lambda d: _fail_if_undelivered(d, fut))
+        if on_delivered is not None:
+            delivery.add_done_callback(
+                lambda d: d.cancelled() or d.exception() is not None or on_delivered())
         return fut
 
     async def send(self, request: InferenceRequest) -> asyncio.Future:
@@ -174,8 +180,13 @@ class KipClient:
     def expect(self, request_id: str, sent: bytes) -> asyncio.Future[InferenceResult]:
         """A future for the result of the message ``sent`` (its value bytes), published
         under ``request_id`` some other way."""
+        return self.expect_digest(request_id, request_sha256(sent))
+
+    def expect_digest(self, request_id: str, digest: str) -> asyncio.Future[InferenceResult]:
+        """A future for the result of the message whose sha256 is ``digest``, sent under
+        ``request_id`` earlier (by another run of a job, say), arriving from now on."""
         fut = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = _Pending(fut, request_sha256(sent))
+        self._pending[request_id] = _Pending(fut, digest)
         return fut
 
     def pending_sha256(self, request_id: str) -> str | None:

@@ -33,7 +33,7 @@ def add_command(sub) -> None:
                      "(repeat per input; default: a column named as the input)")
     run.add_argument("--id-column", help="a column copied to the output with each row")
     run.add_argument("--rows-per-request", type=int, default=32)
-    run.add_argument("--in-flight", type=int, default=16, help="requests awaiting results")
+    run.add_argument("--in-flight", type=int, default=64, help="requests awaiting results")
     run.add_argument("--retries", type=int, default=3, help="for INTERNAL, expired and "
                      "timed-out requests (OVERLOADED and QUOTA_EXCEEDED wait and retry)")
     run.add_argument("--priority", default="batch", choices=["batch", "standard"])

@@ -70,9 +70,11 @@ class BatchRun:
     in_flight: int = 16
     retries: int = 3
     timeout_s: float = 300.0
-    on_submit: Callable[[Chunk, str, bytes], None] | None = None   # chunk, id, message
+    on_submit: Callable[[Chunk, str, str], None] | None = None   # chunk, id, digest: sent
     earlier: dict[int, InferenceResult] = field(default_factory=dict)   # found, not rerun
     first_attempt: dict[int, int] = field(default_factory=dict)   # ids an earlier run used
+    # chunk -> (request id, digest) an earlier run sent and kip has not answered yet
+    awaiting: dict[int, tuple[str, str]] = field(default_factory=dict)
     counts: Counter = field(default_factory=Counter)   # outcomes, by status and code
 
     def __post_init__(self) -> None:
@@ -105,6 +107,10 @@ class BatchRun:
             return Outcome(chunk, "failed", "INVALID_REQUEST", chunk.problem)
         if chunk.index in self.earlier:
             return _outcome(chunk, self.earlier[chunk.index], None, 0)
+        if chunk.index in self.awaiting:
+            outcome = await self._awaited(chunk, *self.awaiting[chunk.index])
+            if outcome is not None:
+                return outcome
         attempt = self.first_attempt.get(chunk.index, 0)
         tries, failures, backoff_ms = 0, 0, FIRST_BACKOFF_MS
         while True:
@@ -124,15 +130,32 @@ class BatchRun:
             await asyncio.sleep(backoff_ms / 1000)
             backoff_ms = min(MAX_BACKOFF_MS, backoff_ms * 2)
 
+    async def _awaited(self, chunk: Chunk, request_id: str, digest: str) -> Outcome | None:
+        """The ok outcome of a request an earlier run sent, if its result comes within
+        ``timeout_s`` (kip answers every request once, so it is on its way); None: send
+        the chunk again."""
+        future = self.client.expect_digest(request_id, digest)
+        try:
+            result = await asyncio.wait_for(future, self.timeout_s)
+        except TimeoutError:
+            self.client.forget(request_id)
+            return None
+        return _outcome(chunk, result, None, 0) if result.status.value == "ok" else None
+
     async def _attempt(self, chunk: Chunk, attempt: int
                        ) -> tuple[InferenceResult | None, str | None]:
         """The result of one submission, or (None, why) if none came in time."""
         request_id = f"{self.job_id}.{chunk.index}.{attempt}"
         request = self.client.request(self.model, chunk.inputs, priority=self.priority,
                                       request_id=request_id)
-        future = await self.client.submit(request)
-        if self.on_submit is not None:
-            self.on_submit(chunk, request_id, self.client.pending_sha256(request_id))
+        digest = None
+
+        def delivered() -> None:   # journaled once Kafka has it: a resumed run waits for it
+            if self.on_submit is not None:
+                self.on_submit(chunk, request_id,
+                               digest or self.client.pending_sha256(request_id))
+        future = await self.client.submit(request, on_delivered=delivered)
+        digest = self.client.pending_sha256(request_id)
         try:
             return await asyncio.wait_for(future, self.timeout_s), None
         except TimeoutError:

@@ -118,9 +118,9 @@ async def run_job(client: KipClient, job: JobDir, spec: JobSpec, columns: dict,
     """Every chunk not yet in a part: read back, or sent; then written as parts."""
     done = job.done_chunks()
     progress.skipped = progress.done = done * spec.rows_per_request
-    earlier, attempts = await _read_back(client, job, done)
+    earlier, awaiting, attempts = await _read_back(client, job, done)
     run = BatchRun(client, spec.model, spec.job_id, spec.priority, in_flight, retries,
-                   earlier=earlier, first_attempt=attempts,
+                   earlier=earlier, first_attempt=attempts, awaiting=awaiting,
                    on_submit=lambda c, rid, sha: job.journal(c.index, rid, sha))
     writer = PartWriter(job, spec, done)
     path = Path(spec.input)
@@ -136,23 +136,28 @@ async def run_job(client: KipClient, job: JobDir, spec: JobSpec, columns: dict,
 
 
 async def _read_back(client: KipClient, job: JobDir, done: int
-                     ) -> tuple[dict, dict[int, int]]:
-    """Ok results of chunks sent by an earlier run but not in a part yet, and the next
-    attempt number of every chunk that run sent."""
+                     ) -> tuple[dict, dict[int, tuple[str, str]], dict[int, int]]:
+    """For the chunks an earlier run sent that no part holds: the ok results already on
+    the reply topic; the last request of each chunk with no result yet (kip still owes
+    it: the run waits for it rather than infer the chunk twice); the next attempt
+    number of every such chunk."""
     sent = job.sent_since(done)
     if not sent:
-        return {}, {}
+        return {}, {}, {}
     digests = {e["id"]: e["sha256"] for entries in sent.values() for e in entries
                if e["sha256"]}
     since = min(e["at_ms"] for entries in sent.values() for e in entries) - 1000
     found = await client.results_since(digests, since)
-    earlier = {}
+    earlier, awaiting = {}, {}
     for chunk, entries in sent.items():
         for entry in entries:
             result = found.get(entry["id"])
             if result is not None and result.status.value == "ok":
                 earlier[chunk] = result
-    return earlier, {chunk: len(entries) for chunk, entries in sent.items()}
+        last = entries[-1]
+        if chunk not in earlier and last["id"] not in found and last["sha256"]:
+            awaiting[chunk] = (last["id"], last["sha256"])
+    return earlier, awaiting, {chunk: len(entries) for chunk, entries in sent.items()}
 
 
 def new_spec(job_id: str, model: str, path: Path, columns: dict, id_column: str | None,
