@@ -237,10 +237,19 @@ def forward(message: Message, route: Route, deadline_ms: int, ctx: Context) -> F
                    ctx.stamp_keys)
     decision = "degraded" if route.fallback_from else "routed"
     audit = audit_record(request, stage=STAGE, decision=decision, final=False,
-                         at_ms=ctx.now_ms, payload_bytes=message.size, route=route)
+                         at_ms=ctx.now_ms, payload_bytes=message.size, route=route,
+                         reason=_route_reason(request, route), request_sha256=message.sha256)
     ctx.capacity.forwarded(route.model_name, request.priority)
     ctx.seen.admit(message.origin.tp, request)
     return Forward(ctx.names.work(route.model_name, request.priority), work, audit)
+
+
+def _route_reason(request: InferenceRequest, route: Route) -> str:
+    served = f"{route.model_name}@{route.model_version}"
+    if route.fallback_from:
+        return (f"{route.fallback_from} could not serve in time (its estimated wait "
+                f"exceeded the budget): degraded to its fallback {served}")
+    return f"{request.model} routed to {served}"
 
 
 def reject(message: Message, err: KipError, ctx: Context) -> Reject:
@@ -256,7 +265,8 @@ def reject(message: Message, err: KipError, ctx: Context) -> Reject:
         timings=Timings(total_ms=float(max(0, ctx.now_ms - request.issued_at_ms))),
         traceparent=request.traceparent, produced_at_ms=ctx.now_ms)
     audit = audit_record(request, stage=STAGE, decision=status.value, final=True,
-                         at_ms=ctx.now_ms, payload_bytes=message.size, code=err.code)
+                         at_ms=ctx.now_ms, payload_bytes=message.size, code=err.code,
+                         reason=err.message, request_sha256=message.sha256)
     return Reject(reply_topic_for(_reply_to(request, err, ctx), request.tenant, ctx),
                   result, audit)
 
@@ -287,7 +297,9 @@ def oversized(payload: bytes, origin: Origin, err: PayloadTooLarge, ctx: Context
     audit = AuditRecord(request_id=request_id, stage=STAGE, decision="rejected",
                         final=True, tenant=tenant, priority=priority,
                         model=model if model and valid_model(model) else None,
-                        error_code=err.code, payload_bytes=len(payload), at_ms=ctx.now_ms)
+                        error_code=err.code, reason=err.message[:500],
+                        request_sha256=result.request_sha256, payload_bytes=len(payload),
+                        at_ms=ctx.now_ms)
     return Reject(reply_topic_for(None, tenant, ctx), result, audit)
 
 

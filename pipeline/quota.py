@@ -84,8 +84,11 @@ class Ledger:
                 bucket = buckets.setdefault(scope, {}).setdefault(kind, Bucket(burst, now_ms))
                 wait_ms = bucket.take(cost, rate, burst, now_ms)
                 if wait_ms:
+                    level = bucket.tokens
                     buckets.update(saved)   # all or nothing
-                    raise _exceeded(tenant, scope, kind, wait_ms)
+                    raise _exceeded(tenant, scope, kind, wait_ms,
+                                    f"{level:.1f} of {burst:g} left, {cost:g} needed, "
+                                    f"refilling {rate:g}/s")
         self.dirty.add(tenant)
 
 
@@ -96,12 +99,15 @@ def _charges(limit: Limit, payload_bytes: int):
         yield "bytes", payload_bytes, limit.bytes_per_s, limit.burst_bytes or limit.bytes_per_s
 
 
-def _exceeded(tenant: str, scope: str, kind: str, wait_ms: int) -> QuotaExceeded:
+def _exceeded(tenant: str, scope: str, kind: str, wait_ms: int, level: str
+              ) -> QuotaExceeded:
+    """The rejection, naming the bucket and the level seen (the audit record's reason)."""
     where = f"tenant '{tenant}'" + (f" on model '{scope}'" if scope else "")
     if wait_ms < 0:
         return QuotaExceeded(f"the request is larger than the {kind} burst of {where}; "
-                             "it can never pass")
-    return QuotaExceeded(f"{where} is over its {kind} quota", retry_after_ms=wait_ms)
+                             f"it can never pass ({level})")
+    return QuotaExceeded(f"{where} is over its {kind} quota ({level})",
+                         retry_after_ms=wait_ms)
 
 
 def newest_ms(buckets: TenantBuckets) -> int:

@@ -172,6 +172,14 @@ class AuditRecord(Message):
     artifact_sha256: str | None = None
     fallback_from: str | None = None
     error_code: str | None = None
+    reason: str | None = Field(default=None, description=(
+        "why, in words: the rule that decided (a rejection's or failure's message: the "
+        "quota, the capacity estimate against the budget, the check that failed; the "
+        "route or the fallback a request was sent to)"))
+    request_sha256: str | None = Field(default=None, pattern=_SHA256, description=(
+        "sha256 of the request message as the producer sent it (never its payload)"))
+    timings: Timings | None = Field(default=None, description=(
+        "on a worker's final record: milliseconds per stage, as in the result"))
     payload_bytes: int
     traceparent: str | None = None
     at_ms: int

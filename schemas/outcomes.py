@@ -48,7 +48,9 @@ def status_of(err: KipError | None, otherwise: Status) -> Status:
 
 def audit_record(request: InferenceRequest, *, stage: Stage, decision: str, final: bool,
                  at_ms: int, payload_bytes: int, route: Route | None = None,
-                 code: str | None = None) -> AuditRecord:
+                 code: str | None = None, reason: str | None = None,
+                 request_sha256: str | None = None, timings: Timings | None = None
+                 ) -> AuditRecord:
     """The audit record of one decision about a decoded request."""
     return AuditRecord(
         request_id=request.request_id, stage=stage, decision=decision, final=final,
@@ -57,6 +59,7 @@ def audit_record(request: InferenceRequest, *, stage: Stage, decision: str, fina
         model_version=route and route.model_version,
         artifact_sha256=route and route.artifact_sha256,
         fallback_from=route and route.fallback_from, error_code=code,
+        reason=reason and reason[:500], request_sha256=request_sha256, timings=timings,
         payload_bytes=payload_bytes, traceparent=request.traceparent, at_ms=at_ms)
 
 
@@ -77,6 +80,7 @@ def undecodable(payload: bytes, origin: Coordinates, err: KipError, *, stage: St
                              timings=Timings(total_ms=0.0), produced_at_ms=now_ms)
     audit = AuditRecord(request_id=request_id, stage=stage, decision=status.value,
                         final=True, tenant=found.get("tenant"), error_code=err.code,
+                        reason=err.message[:500], request_sha256=answers,
                         payload_bytes=len(payload), at_ms=now_ms)
     dead = dead_letter(payload, origin.topic, origin.partition, origin.offset, err, now_ms)
     return Undecodable(result, audit, dead, found.get("reply_to"))

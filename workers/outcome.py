@@ -49,7 +49,8 @@ def terminal(item: WorkItem, stamps: Stamps, now_ms: int, outputs: list[Tensor] 
         traceparent=request.traceparent, produced_at_ms=now_ms)
     audit = audit_record(request, stage=STAGE, decision=status.value, final=True,
                          at_ms=now_ms, payload_bytes=0, route=route,
-                         code=error and error.code)
+                         code=error and error.code, reason=error and error.message,
+                         request_sha256=result.request_sha256, timings=result.timings)
     return result, audit
 
 

@@ -57,6 +57,10 @@ def test_an_authorised_request_gets_an_ok_result_with_its_model_identity(stack):
     assert started is not None and started + result.timings.inference_ms < result.produced_at_ms + 1
     seen = _one_result_one_final_audit(stack, result)
     assert [a.decision for a in seen["audit"]] == ["routed", "ok"]
+    routed, ok = seen["audit"]
+    assert routed.reason.startswith("digits routed to digits@")
+    assert routed.request_sha256 == ok.request_sha256 == result.request_sha256
+    assert ok.timings == result.timings and ok.artifact_sha256 == result.artifact_sha256
 
 
 def test_sentence_embeddings_through_the_pipeline_match_torch(stack):

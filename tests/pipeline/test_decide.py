@@ -9,6 +9,7 @@ from pipeline.decide import Forward, Origin, Reject, decide
 from pipeline.quota import TenantQuota
 from schemas import InferenceRequest, Status, encode
 from schemas.messages import WorkerTelemetry
+from schemas.result_signatures import request_sha256
 from tests.pipeline.conftest import DIGITS_MANIFEST, NOW_MS, signer
 
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
@@ -31,6 +32,8 @@ def test_a_good_request_is_forwarded_to_its_models_work_topic(ctx):
     assert d.work.request == request and d.work.route.model_name == "digits"
     assert len(d.work.route.artifact_sha256) == 64 and d.work.route.model_version
     assert d.audit.decision == "routed" and not d.audit.final
+    assert d.audit.reason == f"digits routed to digits@{d.work.route.model_version}"
+    assert d.audit.request_sha256 == d.work.request_sha256 == request_sha256(_payload(request))
 
 
 def _rejected(d, code: str, status=Status.REJECTED) -> Reject:
@@ -139,6 +142,10 @@ def test_a_tenant_over_quota_is_refused_with_retry_after(ctx):
         codes.append(d.result.error.code if isinstance(d, Reject) else "ok")
     assert codes == ["ok", "ok", "QUOTA_EXCEEDED"]
     assert d.result.error.retry_after_ms == 1000
+    # the audit record says why, with the level seen, and names the request's digest
+    assert d.audit.reason == ("tenant 'acme' is over its requests quota (0.0 of 2 left, "
+                              "1 needed, refilling 1/s)")
+    assert d.audit.request_sha256 == d.result.request_sha256
 
 
 def _telemetry(model: str, rate: float, backlog: int) -> WorkerTelemetry:
