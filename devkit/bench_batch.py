@@ -176,7 +176,7 @@ async def inferences_per_row(stack: DevStack, rows: int, rows_per_request: int) 
     from schemas import AuditRecord, decode
     from topics.reading import assign_all, reached
 
-    consumer = stack.connection("operator").consumer(group_id=None)
+    consumer = stack.connection("audit-reader").consumer(group_id=None)
     await consumer.start()
     try:
         tps = await assign_all(consumer, stack.names.audit)

@@ -74,6 +74,7 @@ def parser(argv: list[str] = ()) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kip", description="Kafka Inference Pipeline")
     sub = p.add_subparsers(required=True, metavar="COMMAND")
     _add_operator_commands(sub)
+    _add_client_commands(sub)
     _add_process_commands(sub)
     command = next((a for a in argv if not a.startswith("-")), None)
     if command not in sub.choices:
@@ -82,10 +83,16 @@ def parser(argv: list[str] = ()) -> argparse.ArgumentParser:
     return p
 
 
-def _add_operator_commands(sub) -> None:
+def _add_client_commands(sub) -> None:
+    """The commands of kip's users beside producers: batch jobs, audit consumers."""
+    from kip.audit.command import add_command as add_audit
     from kip.batch.command import add_command as add_batch
 
     add_batch(sub)
+    add_audit(sub)
+
+
+def _add_operator_commands(sub) -> None:
     topics = sub.add_parser("topics", help="the topic catalogue")
     topics.add_argument("action", choices=["apply", "list"])
     topics.add_argument("--models", default="minilm,digits", help="comma-separated names")

@@ -238,13 +238,13 @@ def forward(message: Message, route: Route, deadline_ms: int, ctx: Context) -> F
     decision = "degraded" if route.fallback_from else "routed"
     audit = audit_record(request, stage=STAGE, decision=decision, final=False,
                          at_ms=ctx.now_ms, payload_bytes=message.size, route=route,
-                         reason=_route_reason(request, route), request_sha256=message.sha256)
+                         reason=route_reason(request, route), request_sha256=message.sha256)
     ctx.capacity.forwarded(route.model_name, request.priority)
     ctx.seen.admit(message.origin.tp, request)
     return Forward(ctx.names.work(route.model_name, request.priority), work, audit)
 
 
-def _route_reason(request: InferenceRequest, route: Route) -> str:
+def route_reason(request: InferenceRequest, route: Route) -> str:
     served = f"{route.model_name}@{route.model_version}"
     if route.fallback_from:
         return (f"{route.fallback_from} could not serve in time (its estimated wait "

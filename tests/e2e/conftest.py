@@ -161,3 +161,12 @@ async def outputs_of(s: DevStack, request_id: str, settle_s: float = 0.5) -> dic
                 if getattr(message, "request_id", None) == request_id:
                     out[kind].append(message)
     return out
+
+
+def explained(s: DevStack, request_id: str) -> str:
+    """``kip audit explain``'s words for ``request_id`` (read as the audit reader)."""
+    from kip.audit.reading import explain, trail
+
+    found = asyncio.run(trail(s.connection("audit-reader"), s.names, request_id,
+                              now_ms() - 600_000))
+    return "\n".join(explain(found))

@@ -13,7 +13,7 @@ from kip.tenants import set_quota
 from schemas import Status, encode
 from schemas.codec import headers, now_ms
 from schemas.messages import WorkerTelemetry
-from tests.e2e.conftest import client_for, publish_as, work_item
+from tests.e2e.conftest import client_for, explained, publish_as, work_item
 
 pytestmark = pytest.mark.broker
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
@@ -47,6 +47,9 @@ def test_a_tenant_over_quota_is_limited_while_another_is_not(stack):
     assert len(refused) == 15 and {r.error.code for r in refused} == {"QUOTA_EXCEEDED"}
     assert all(r.error.retry_after_ms > 0 for r in refused)
     assert _codes(modest) == ["ok"] * 20
+    words = explained(stack, refused[0].request_id)
+    assert "rejected QUOTA_EXCEEDED (final) | tenant 'greedy' is over its requests quota (" \
+        in words and "of 5 left, 1 needed, refilling 0.5/s)" in words
 
 
 def test_quota_state_survives_a_pipeline_restart(stack):
@@ -118,6 +121,8 @@ def test_a_request_that_expired_in_the_queue_is_not_inferred(stack):
     result = asyncio.run(go())
     assert result.status == Status.EXPIRED and result.error.code == "DEADLINE_EXCEEDED"
     assert result.timings.inference_ms is None
+    assert "worker   expired DEADLINE_EXCEEDED (final) | the deadline passed before " \
+        "inference started" in explained(stack, result.request_id)
     assert _digits_rows_inferred(stack) == before
 
 

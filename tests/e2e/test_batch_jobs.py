@@ -87,7 +87,7 @@ def test_a_job_killed_half_way_resumes_with_each_row_once(plain_stack, tmp_path)
     assert table.column("row").to_pylist() == list(range(rows))
     assert "resumed" in out
     audit = [decode(AuditRecord, r.value) for r in asyncio.run(read_topic(
-        plain_stack.connection("operator"), plain_stack.names.audit))]
+        plain_stack.connection("audit-reader"), plain_stack.names.audit))]
     inferred = [a for a in audit if a.request_id.startswith("resumed.")
                 and a.stage == "worker" and a.final]
     assert rows / 8 <= len(inferred) <= 1.05 * rows / 8   # chunks inferred over both runs

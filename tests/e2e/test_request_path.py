@@ -17,7 +17,7 @@ from models.export.digits import dataset
 from schemas import DeadLetterRecord, InferenceResult, Status, decode, encode
 from schemas.codec import now_ms
 from schemas.messages import Priority, output_array
-from tests.e2e.conftest import client_for, outputs_of, publish_as, read_topic
+from tests.e2e.conftest import client_for, explained, outputs_of, publish_as, read_topic
 from topics.admin import apply
 from topics.catalogue import TopicSpec, reply_topic
 
@@ -61,6 +61,9 @@ def test_an_authorised_request_gets_an_ok_result_with_its_model_identity(stack):
     assert routed.reason.startswith("digits routed to digits@")
     assert routed.request_sha256 == ok.request_sha256 == result.request_sha256
     assert ok.timings == result.timings and ok.artifact_sha256 == result.artifact_sha256
+    words = explained(stack, result.request_id).splitlines()
+    assert len(words) == 3 and "routed | digits routed to digits@" in words[1]
+    assert "worker   ok (final)" in words[2] and "inference" in words[2]
 
 
 def test_sentence_embeddings_through_the_pipeline_match_torch(stack):

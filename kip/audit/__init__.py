@@ -1,0 +1,1 @@
+"""The governance topic for its readers: ``kip audit`` (command.py) over reading.py."""
