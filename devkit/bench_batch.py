@@ -173,27 +173,15 @@ async def _kill_at(command: list[str], env: dict, out: Path, requests: float) ->
 async def inferences_per_row(stack: DevStack, rows: int, rows_per_request: int) -> float:
     """Rows the workers ran inference on for the job, from the audit trail (each worker
     final record of a job request is one inference of its chunk), per input row."""
-    from schemas import AuditRecord, decode
-    from topics.reading import assign_all, reached
+    from kip.audit.reading import records
 
-    consumer = stack.connection("audit-reader").consumer(group_id=None)
-    await consumer.start()
-    try:
-        tps = await assign_all(consumer, stack.names.audit)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        inferred = 0
-        while not await reached(consumer, ends):
-            for records in (await consumer.getmany(timeout_ms=500)).values():
-                for record in records:
-                    audit = decode(AuditRecord, record.value)
-                    if audit.request_id.startswith(f"{JOB_ID}.") and audit.stage == "worker" \
-                            and audit.final:
-                        chunk = int(audit.request_id.split(".")[1])
-                        inferred += min(rows_per_request, rows - chunk * rows_per_request)
-        return inferred / rows
-    finally:
-        await consumer.stop()
+    inferred = 0
+    async for audit in records(stack.connection("audit-reader"), stack.names, 0):
+        if audit.request_id.startswith(f"{JOB_ID}.") and audit.stage == "worker" \
+                and audit.final:
+            chunk = int(audit.request_id.split(".")[1])
+            inferred += min(rows_per_request, rows - chunk * rows_per_request)
+    return inferred / rows
 
 
 def _hwm_kib(pid: int) -> int:

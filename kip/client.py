@@ -39,7 +39,7 @@ from schemas.signing import sign
 from schemas.tensors import Tensor
 from topics.clients import KafkaConnection
 from topics.names import TopicNames
-from topics.reading import assign_all, reached
+from topics.reading import assign_all, reached, seek_to_time
 
 Inputs = list[Tensor] | Mapping[str, np.ndarray | list[str]]
 log = logging.getLogger("kip.client")
@@ -208,11 +208,7 @@ class KipClient:
         await consumer.start()
         try:
             tps = await assign_all(consumer, self.listening_on, what="reply topic")
-            starts = await consumer.offsets_for_times({tp: since_ms for tp in tps})
-            ends = await consumer.end_offsets(tps)
-            for tp in tps:
-                found = starts.get(tp)
-                consumer.seek(tp, found.offset if found is not None else ends[tp])
+            ends = await seek_to_time(consumer, tps, since_ms)
             return await self._collect(consumer, ends, digests)
         finally:
             await consumer.stop()

@@ -34,7 +34,7 @@ from schemas.errors import DuplicateRequest
 from schemas.messages import InferenceRequest
 from topics.clients import KafkaConnection
 from topics.outputs import Record
-from topics.reading import reached
+from topics.reading import reached, seek_to_time
 
 log = logging.getLogger("kip.pipeline")
 Seen = dict[tuple[str, str], int]   # (tenant, request id) -> issued_at_ms
@@ -119,11 +119,7 @@ async def read_admitted(kafka: KafkaConnection, topic: str, partition: int, sinc
     await consumer.start()
     try:
         consumer.assign([tp])
-        found = (await consumer.offsets_for_times({tp: max(0, since_ms)}))[tp]
-        ends = await consumer.end_offsets([tp])
-        if found is None:
-            return []
-        consumer.seek(tp, found.offset)
+        ends = await seek_to_time(consumer, [tp], since_ms)
         return await asyncio.wait_for(_read_to(consumer, tp, ends), timeout_s)
     finally:
         await consumer.stop()

@@ -1,7 +1,8 @@
 """Reading a whole topic without a consumer group: assign every partition, know the end.
 
-Used by the client (results from now on), the pipeline's followers (compacted topics
-from the beginning) and the tests (everything committed so far).
+Used by the client (results from now on, or from a time), the pipeline's followers
+(compacted topics from the beginning), the admitted ids and the audit readers (from a
+time) and the tests (everything committed so far).
 """
 
 from __future__ import annotations
@@ -35,3 +36,15 @@ async def reached(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int]) -
         if await consumer.position(tp) < end:
             return False
     return True
+
+
+async def seek_to_time(consumer: AIOKafkaConsumer, tps: list[TopicPartition], since_ms: int
+                       ) -> dict[TopicPartition, int]:
+    """Position each of ``tps`` at its first record written at or after ``since_ms`` (at
+    its end when there is none); return the ends, to read up to with ``reached``."""
+    starts = await consumer.offsets_for_times({tp: max(0, since_ms) for tp in tps})
+    ends = await consumer.end_offsets(tps)
+    for tp in tps:
+        found = starts.get(tp)
+        consumer.seek(tp, found.offset if found is not None else ends[tp])
+    return ends

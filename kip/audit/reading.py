@@ -12,13 +12,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from aiokafka import TopicPartition
-
 from schemas import AuditRecord, decode
 from schemas.errors import InvalidRequest
 from topics.clients import KafkaConnection
 from topics.names import TopicNames
-from topics.reading import assign_all, reached
+from topics.reading import assign_all, reached, seek_to_time
 
 
 @dataclass(frozen=True)
@@ -46,7 +44,7 @@ async def records(kafka: KafkaConnection, names: TopicNames, since_ms: int,
     await consumer.start()
     try:
         tps = await assign_all(consumer, names.audit, what="audit topic")
-        ends = await _seek(consumer, tps, since_ms)
+        ends = await seek_to_time(consumer, tps, since_ms)
         while follow or not await reached(consumer, ends):
             for batch in (await consumer.getmany(timeout_ms=500)).values():
                 for record in batch:
@@ -59,15 +57,6 @@ async def records(kafka: KafkaConnection, names: TopicNames, since_ms: int,
                                f"{err.message[:200]}")
     finally:
         await consumer.stop()
-
-
-async def _seek(consumer, tps: list[TopicPartition], since_ms: int) -> dict:
-    starts = await consumer.offsets_for_times({tp: since_ms for tp in tps})
-    ends = await consumer.end_offsets(tps)
-    for tp in tps:
-        found = starts.get(tp)
-        consumer.seek(tp, found.offset if found is not None else ends[tp])
-    return ends
 
 
 async def trail(kafka: KafkaConnection, names: TopicNames, request_id: str,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from kip.batch.engine import BatchRun, Chunk, Outcome
 from kip.batch.job import JobDir, JobSpec
@@ -74,7 +75,6 @@ def input_columns(path: Path, inputs: InputMap) -> dict[str, list[str]]:
 
 def total_rows(path: Path) -> int | None:
     if path.suffix.lower() in (".parquet", ".pq"):
-        import pyarrow.parquet as pq
         return pq.ParquetFile(path).metadata.num_rows
     return None
 
