@@ -10,7 +10,10 @@ Starts a kip of its own (broker, pipeline, a worker per reference model) and mea
     return), beside raw ONNX Runtime's time for the same inputs in this process;
 (d) floors on the same broker: the round trip through two chained bare aiokafka
     transactional hops, and the CPU per event of a bare faust agent that only consumes
-    (devkit/floors.py).
+    (devkit/floors.py);
+(e) the audit chains: the run's audit records and seals per request, the CPU of linking
+    a record and of sealing a transaction (timed here on the run's own records; already
+    inside the stages' CPU above), and of ``kip audit verify`` per record.
 
 The digits model's inference is nearly free, so (a) and (b) are kip's own cost. docs/
 benchmarks.md keeps the figures with the commit they ran on.
@@ -27,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import orjson
 
 from devkit import floors
 from devkit.cpu import CpuMeter
@@ -35,7 +39,9 @@ from devkit.stack import DevStack, dev_client, own_stack
 from kip.client import KipClient
 from runtime.settings import KipSettings
 from schemas.codec import encode, now_ms
+from schemas.audit_chain import ChainHead
 from schemas.messages import InferenceResult
+from schemas.result_signatures import ResultKeys
 from schemas.tensors import Tensor
 from workers.session import ModelSession
 
@@ -78,6 +84,8 @@ async def measure(args) -> dict:
             report["c_sequential"] = await sequential(kip, stack, args.sequential)
         print("(d) floors: two bare transactional hops; a bare faust consumer", file=sys.stderr, flush=True)
         report["d_floors"] = await _floors(stack, args)
+        print("(e) audit chains: the run's audit topic", file=sys.stderr, flush=True)
+        report["e_audit_chains"] = await _audit_chains(stack)
     return report
 
 
@@ -189,6 +197,37 @@ async def _floors(stack: DevStack, args) -> dict:
             "faust_consume_cpu_us_per_event": faust_us}
 
 
+async def _audit_chains(stack: DevStack) -> dict:
+    from kip.audit.chains import ChainCheck
+    from kip.audit.reading import kafka_records
+    from topics.outputs import Chaining, Record
+
+    found = [r async for r in kafka_records(stack.kafka, stack.names, 0)]
+    check = ChainCheck(ResultKeys(keys=stack.result_keys()).verifier())
+    started = time.process_time()
+    for r in found:
+        check.add(r.partition, r.offset, r.value, r.headers)
+    summary = check.finish()
+    verify_us = (time.process_time() - started) * 1e6 / len(found)
+    signer = stack.settings.sealing().signer
+    plain = [Record(r.topic, r.key, r.value, []) for r in found[:2000]]
+    link_us = _cpu_us(lambda: Chaining("none", signer).link(ChainHead("c"), plain)) / len(plain)
+    chained = _cpu_us(lambda: Chaining(stack.names.audit, signer).link(ChainHead("c"), plain))
+    requests = len({orjson.loads(r.value)["request_id"] for r in found})
+    return {"records": len(found), "requests": requests, "seals": summary.sealed,
+            "broken_links": len(summary.problems),
+            "link_us_per_record": chained / len(plain) - link_us,
+            "seal_us_per_transaction": _cpu_us(lambda: signer.signature(b"x" * 82), 2000),
+            "verify_us_per_record": verify_us}
+
+
+def _cpu_us(work, repeat: int = 1) -> float:
+    started = time.process_time()
+    for _ in range(repeat):
+        work()
+    return (time.process_time() - started) * 1e6 / repeat
+
+
 def render(report: dict) -> str:
     lines = []
     for key, title in (("a_single_row", "(a) single-row requests, all in flight"),
@@ -215,4 +254,13 @@ def render(report: dict) -> str:
                  f"{d['faust_consume_cpu_us_per_event']:.0f} µs CPU/event")
     added = c["added_over_inference"]["p50_ms"]
     lines.append(f"    kip's added latency p50 / floor p50: {added / trip['p50_ms']:.2f}x")
+    e = report["e_audit_chains"]
+    per_request = (e["records"] * e["link_us_per_record"] + e["seals"]
+                   * e["seal_us_per_transaction"]) / e["requests"]
+    lines.append(f"\n(e) audit chains: {e['records']} records, {e['seals']} seals for "
+                 f"{e['requests']} requests; link {e['link_us_per_record']:.1f} µs/record, "
+                 f"seal {e['seal_us_per_transaction']:.1f} µs/transaction: "
+                 f"{per_request:.1f} µs CPU/request in the stages; verify "
+                 f"{e['verify_us_per_record']:.1f} µs/record; broken links "
+                 f"{e['broken_links']}")
     return "\n".join(lines)

@@ -31,6 +31,7 @@ from devkit.stack import DevStack, dev_client, own_stack
 from kip.client import KipClient
 from runtime.settings import KipSettings
 from schemas.messages import Priority
+from schemas.result_signatures import ResultKeys
 
 MODEL = "digits"
 DEADLINE_MS = 30 * 60_000      # long: this harness counts delivery, not latency
@@ -123,7 +124,8 @@ async def _run(plan: FaultPlan, stack: DevStack, broker: LocalBroker, supervisor
     async with dev_client(stack) as client:
         log("warming up: one request through pipeline and workers ...")
         await client.infer(MODEL, {"pixels": np.zeros((1, 64), np.float32)}, timeout_s=180)
-        tally = Tally(stack.kafka, stack.names, [client.tenant])
+        trusted = ResultKeys(keys=stack.result_keys()).verifier()
+        tally = Tally(stack.kafka, stack.names, trusted, [client.tenant])
         await tally.start()
         try:
             started = time.monotonic()

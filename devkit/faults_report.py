@@ -1,5 +1,6 @@
 """What the fault harness counts: every result, final audit record and dead letter, read
-with read_committed, set against the requests it sent."""
+with read_committed, set against the requests it sent; and whether the audit records'
+hash chains hold through the faults (``kip audit verify``'s check)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from kip.audit.chains import ChainCheck
 from schemas.codec import decode
 from schemas.errors import InvalidRequest
 from schemas.messages import AuditRecord, DeadLetterRecord, InferenceResult
 from schemas.messages import PRIORITIES
+from schemas.result_signatures import ResultVerifier
 from topics.clients import KafkaConnection
 from topics.names import TopicNames
 from topics.reading import assign_all, reached
@@ -22,7 +25,7 @@ class Tally:
     """Reads results (the shared topic and ``tenants``' own), audit and dead-letter topics
     from the beginning, incrementally."""
 
-    def __init__(self, kafka: KafkaConnection, names: TopicNames,
+    def __init__(self, kafka: KafkaConnection, names: TopicNames, verifier: ResultVerifier,
                  tenants: list[str] = ()) -> None:
         self.kafka = kafka
         self.names = names
@@ -32,6 +35,7 @@ class Tally:
         self.audited: set[str] = set()
         self.deadletters: dict[str, list[DeadLetterRecord]] = defaultdict(list)
         self.undecodable = 0
+        self.chains = ChainCheck(verifier)
         self._consumer: AIOKafkaConsumer | None = None
 
     async def start(self) -> None:
@@ -54,6 +58,9 @@ class Tally:
         for tp, records in batches.items():
             for record in records:
                 self._count(tp.topic, record.value)
+                if tp.topic == self.names.audit:
+                    self.chains.add(tp.partition, record.offset, record.value,
+                                    record.headers)
 
     def _count(self, topic: str, value: bytes) -> None:
         try:
@@ -89,6 +96,9 @@ class Tally:
         r.deadletters_not_poison = sum(len(v) for k, v in self.deadletters.items()
                                        if sent.get(k, "normal") == "normal" and k in sent)
         r.undecodable_outputs = self.undecodable
+        chains = self.chains.finish()
+        r.audit_chains = f"{chains.records} records, {chains.chains} chains, {chains.sealed} seals"
+        r.audit_chain_problems = [str(p) for p in chains.problems]
         return r
 
 
@@ -109,6 +119,8 @@ class FaultReport:
     poison_deadlettered_once: int = 0
     deadletters_not_poison: int = 0
     undecodable_outputs: int = 0
+    audit_chains: str = ""
+    audit_chain_problems: list[str] = field(default_factory=list)
     leftover: dict[str, int] = field(default_factory=dict)   # group -> records not consumed
     faults: dict[str, int] = field(default_factory=dict)
     unplanned: dict[str, int] = field(default_factory=dict)
@@ -119,7 +131,7 @@ class FaultReport:
         return (self.lost == self.duplicated == self.unseen == self.orphaned == 0
                 and self.poison_deadlettered_once == self.poison
                 and self.deadletters_not_poison == 0 and self.failed_sends == 0
-                and not any(self.leftover.values()))
+                and not any(self.leftover.values()) and not self.audit_chain_problems)
 
     def lines(self) -> list[str]:
         leftover = sum(self.leftover.values())
@@ -137,6 +149,9 @@ class FaultReport:
             f"with their origin; dead letters for good requests: {self.deadletters_not_poison}",
             f"records left unconsumed (stalled partitions): {leftover} "
             f"({_join(self.leftover)})",
+            f"audit chains (kip audit verify): {self.audit_chains}; broken links: "
+            f"{len(self.audit_chain_problems)}"
+            + "".join(f"\n  {p}" for p in self.audit_chain_problems[:5]),
             f"elapsed: {self.elapsed_s:.0f}s",
             f"verdict: {'PASS' if self.passed else 'FAIL'}"]
 

@@ -84,12 +84,15 @@ def parser(argv: list[str] = ()) -> argparse.ArgumentParser:
 
 
 def _add_client_commands(sub) -> None:
-    """The commands of kip's users beside producers: batch jobs, audit consumers."""
+    """The commands of kip's users beside producers: batch jobs, audit consumers, and the
+    operator's dead letters."""
     from kip.audit.command import add_command as add_audit
     from kip.batch.command import add_command as add_batch
+    from kip.deadletter.command import add_command as add_deadletter
 
     add_batch(sub)
     add_audit(sub)
+    add_deadletter(sub)
 
 
 def _add_operator_commands(sub) -> None:

@@ -2,7 +2,9 @@
 
 - the work-item stamp ring (pipeline and workers; schemas/stamps.py);
 - the result signing key (pipeline and workers; schemas/result_signatures.py);
-- the result public keys (what clients are given to check results).
+- the result public keys (what clients are given to check results);
+- where the operator wants pseudonyms in audit records, their key (schemas/pseudonyms.py;
+  ``kip audit pseudonym --new-key`` makes one).
 
 ``kip keys init`` (and ``kip security init``, ``kip up``) makes the missing ones; kip's
 processes refuse to start without theirs rather than run unchecked.
@@ -16,6 +18,7 @@ import orjson
 from pydantic import BaseModel
 
 from runtime.files import UnusableFile, read_model, write_private
+from schemas.pseudonyms import PseudonymKey
 from schemas.result_signatures import ResultKeys, ResultSigningKey
 from schemas.stamps import StampKeys
 
@@ -40,6 +43,19 @@ def signing_key(path: Path) -> ResultSigningKey:
 
 def result_keys(path: Path) -> ResultKeys:
     return load(ResultKeys, path, "result public keys")
+
+
+def pseudonym_key(path: Path) -> PseudonymKey:
+    return load(PseudonymKey, path, "audit pseudonym key")
+
+
+def new_pseudonym_key(path: Path) -> PseudonymKey:
+    if Path(path).exists():
+        raise ValueError(f"{path} exists: an audit pseudonym key is not replaced in place "
+                         "(pseudonyms under a new key are a new series; pick a new file)")
+    key = PseudonymKey.generate()
+    write_private(path, dump(key))
+    return key
 
 
 def dump(model: BaseModel) -> bytes:

@@ -15,6 +15,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runtime import keys
+from schemas.pseudonyms import PseudonymKey
 from schemas.stamps import StampKeys
 from topics.clients import KafkaConnection, SaslMechanism, SecurityProtocol
 from topics.names import TopicNames
@@ -46,6 +47,9 @@ class KipSettings(BaseSettings):
         "$KIP_HOME/keys/result-public.json)", validate_default=False)
     deadletter_payloads: bool = Field(False, description="dead letters keep the first 64 KiB "
                                       "of the payload (else only its size and sha256)")
+    audit_pseudonym_key_file: Path | None = Field(
+        None, description="key of the pseudonyms audit records give tenants and key ids "
+        "(a keyed hash; unset: their names)")
     log_level: LogLevel = Field("WARNING", description="log level of every process")
     debug: bool = Field(False, description="the CLI shows tracebacks instead of one line")
     profile_dir: Path | None = Field(None, description="developers: the CLI writes a "
@@ -67,7 +71,12 @@ class KipSettings(BaseSettings):
     def sealing(self) -> Sealing:
         """How this process's outputs become records (signed results, dead letters)."""
         return Sealing(keys.signing_key(self.result_signing_key_file).signer(),
-                       self.deadletter_payloads)
+                       self.deadletter_payloads, self.pseudonym_key())
+
+    def pseudonym_key(self) -> PseudonymKey | None:
+        if self.audit_pseudonym_key_file is None:
+            return None
+        return keys.pseudonym_key(self.audit_pseudonym_key_file)
 
     def stamp_keys(self) -> StampKeys:
         return keys.stamp_keys(self.stamp_keys_file)

@@ -15,6 +15,9 @@ a request id) answers nothing the client sent. docs/protocol.md shows both check
 Why Ed25519 and not an HMAC per tenant: a client can verify without being able to sign,
 the workers never hold tenants' secrets, and one key covers results of messages that
 named no real tenant. It costs ~20 µs to sign and ~60 µs to verify (docs/benchmarks.md).
+
+The same key seals the audit chains (schemas/audit_chain.py), under a scheme line of
+their own.
 """
 
 from __future__ import annotations
@@ -71,8 +74,13 @@ class ResultSigner:
 
     def header(self, value: bytes) -> tuple[str, bytes]:
         """The signature header of a result record with ``value``."""
-        return SIGNATURE_HEADER, (self._prefix + self._key.sign(RESULT_SCHEME + value).hex()
-                                  ).encode()
+        return SIGNATURE_HEADER, self.signature(RESULT_SCHEME + value).encode()
+
+    def signature(self, message: bytes) -> str:
+        """``ed25519:<key id>:<hex signature of message>``. Every message this key signs
+        starts with its scheme's line (``kip-result-v1``, ``kip-audit-seal-v1``), so a
+        signature made for one use is never valid for another."""
+        return self._prefix + self._key.sign(message).hex()
 
 
 class ResultKeys(BaseModel):
@@ -93,15 +101,19 @@ class ResultVerifier:
     def valid(self, value: bytes, headers) -> bool:
         """Whether ``headers`` hold a signature of ``value`` by a trusted key."""
         found = [v for k, v in headers or () if k == SIGNATURE_HEADER]
-        if len(found) != 1:
-            return False
-        scheme, _, rest = found[0].decode("ascii", "replace").partition(":")
-        key_id, _, signature = rest.partition(":")
+        return len(found) == 1 and self.verified(found[0].decode("ascii", "replace"),
+                                                 RESULT_SCHEME + value)
+
+    def verified(self, signature: str, message: bytes) -> bool:
+        """Whether ``signature`` (as ``ResultSigner.signature`` writes it) is a trusted
+        key's signature of ``message``."""
+        scheme, _, rest = signature.partition(":")
+        key_id, _, hex_signature = rest.partition(":")
         key = self._keys.get(key_id)
         if scheme != "ed25519" or key is None:
             return False
         try:
-            key.verify(bytes.fromhex(signature), RESULT_SCHEME + value)
+            key.verify(bytes.fromhex(hex_signature), message)
         except (InvalidSignature, ValueError):
             return False
         return True

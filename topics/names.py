@@ -60,6 +60,16 @@ class TopicNames:
         return f"{self.prefix}.admitted.{Priority(priority).value}"
 
     @property
+    def deadletter_replays(self) -> str:
+        """Which dead letters were replayed (``kip deadletter replay``), once each."""
+        return f"{self.prefix}.deadletter-replays"
+
+    @property
+    def deadletter_replayer(self) -> str:
+        """The transactional id of ``kip deadletter replay``: one replayer at a time."""
+        return f"{self.prefix}-operator.deadletter-replay"
+
+    @property
     def quota_levels(self) -> str:
         return f"{self.prefix}.quota-levels"
 

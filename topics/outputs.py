@@ -4,6 +4,8 @@ they become inside a transaction (``topics.transactions``).
 ``Sealing`` is how a stage's messages become records: every result signed
 (schemas/result_signatures.py), and dead letters without the payload they report unless
 the operator keeps payloads (``KIP_DEADLETTER_PAYLOADS``: they may hold prompts).
+``Chaining`` links the audit records of each transaction into their writer's hash chain
+(schemas/audit_chain.py).
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from schemas.audit_chain import SEAL_HEADER, ChainHead, seal_message
 from schemas.codec import encode, headers
 from schemas.messages import (AuditRecord, DeadLetterRecord, InferenceResult, Message,
                               WorkItem)
+from schemas.pseudonyms import KINDS, PseudonymKey
 from schemas.result_signatures import ResultSigner
 from topics.names import TopicNames
 
@@ -47,15 +51,49 @@ class Output:
 @dataclass(frozen=True)
 class Sealing:
     """What every record of a stage gets: results a signature; dead letters their payload
-    only where ``keep_payloads``."""
+    only where ``keep_payloads``; audit records pseudonyms for their identities where
+    there is a ``pseudonym_key`` (schemas/pseudonyms.py)."""
 
     signer: ResultSigner
     keep_payloads: bool = False
+    pseudonym_key: PseudonymKey | None = None
 
     def kept(self, message: Message) -> Message:
         if isinstance(message, DeadLetterRecord) and not self.keep_payloads:
             return message.model_copy(update={"payload_b64": None})
+        if isinstance(message, AuditRecord) and self.pseudonym_key is not None:
+            return message.model_copy(update={
+                kind: self.pseudonym_key.of(kind, value) for kind in KINDS
+                if (value := getattr(message, kind)) is not None})
         return message
+
+    def chaining(self, audit_topic: str) -> Chaining:
+        """The audit records' chains, sealed with the key that signs results."""
+        return Chaining(audit_topic, self.signer)
+
+
+@dataclass(frozen=True)
+class Chaining:
+    """Links the records of ``topic`` (the audit topic) into a writer's chain, the last
+    of each transaction sealed by ``signer``."""
+
+    topic: str
+    signer: ResultSigner
+
+    def link(self, head: ChainHead, records: list[Record]) -> tuple[list[Record], ChainHead]:
+        """``records``, those of ``topic`` with their chain headers, and the head after
+        them. Call it once per transaction, on every record it carries, in order."""
+        linked, last = [], None
+        for record in records:
+            if record.topic == self.topic:
+                header, head = head.link(record.value or b"")
+                record = record._replace(headers=[*record.headers, header])
+                last = len(linked)
+            linked.append(record)
+        if last is not None:
+            seal = (SEAL_HEADER, self.signer.signature(seal_message(head.last)).encode())
+            linked[last] = linked[last]._replace(headers=[*linked[last].headers, seal])
+        return linked, head
 
 
 def key_of(message: Message) -> bytes:

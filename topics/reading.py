@@ -7,7 +7,12 @@ time) and the tests (everything committed so far).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.structs import ConsumerRecord
+
+from topics.clients import KafkaConnection
 
 
 async def assign_all(consumer: AIOKafkaConsumer, topic: str, what: str = "topic"
@@ -48,3 +53,22 @@ async def seek_to_time(consumer: AIOKafkaConsumer, tps: list[TopicPartition], si
         found = starts.get(tp)
         consumer.seek(tp, found.offset if found is not None else ends[tp])
     return ends
+
+
+async def records_since(kafka: KafkaConnection, topic: str, since_ms: int,
+                        until_ms: int | None = None, follow: bool = False,
+                        what: str = "topic") -> AsyncIterator[ConsumerRecord]:
+    """``topic``'s committed records written from ``since_ms`` on, each partition in its
+    order: up to the end as it is now (or ``until_ms``), or on and on with ``follow``."""
+    consumer = kafka.consumer(group_id=None)
+    await consumer.start()
+    try:
+        tps = await assign_all(consumer, topic, what=what)
+        ends = await seek_to_time(consumer, tps, since_ms)
+        while follow or not await reached(consumer, ends):
+            for batch in (await consumer.getmany(timeout_ms=500)).values():
+                for record in batch:
+                    if until_ms is None or record.timestamp <= until_ms:
+                        yield record
+    finally:
+        await consumer.stop()

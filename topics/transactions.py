@@ -31,9 +31,11 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.structs import OffsetAndMetadata
 
 from topics.clients import KafkaConnection
-from topics.outputs import Record
+from schemas.audit_chain import ChainHead
+from topics.outputs import Chaining, Record
 
 log = logging.getLogger("kip.transactions")
 
@@ -70,18 +72,25 @@ class PartitionTransactions:
     transaction puts all of its records of such a topic in one partition, picked at
     random. Each partition a transaction touches costs the broker a marker write, and
     a reader downstream can then commit a batch of them in one transaction.
+
+    With ``chaining``, each partition's producer is a writer of audit records with a
+    hash chain of its own (schemas/audit_chain.py): its head rides as the metadata of
+    the partition's committed offset, so the next owner continues it.
     """
 
     def __init__(self, kafka: KafkaConnection, group_id: str, timeout_ms: int,
                  owned: Callable[[TopicPartition], bool] = lambda tp: True,
-                 any_partition: Callable[[str], bool] = lambda topic: False) -> None:
+                 any_partition: Callable[[str], bool] = lambda topic: False,
+                 chaining: Chaining | None = None) -> None:
         self.kafka = kafka
         self.group_id = group_id
         self.timeout_ms = timeout_ms
         self.owned = owned
         self.any_partition = any_partition
+        self.chaining = chaining
         self._producers: dict[TopicPartition, AIOKafkaProducer] = {}
         self._floor: dict[TopicPartition, int] = {}
+        self._heads: dict[TopicPartition, ChainHead] = {}
         self._admin: AIOKafkaAdminClient | None = None
 
     def transactional_id(self, tp: TopicPartition) -> str:
@@ -113,36 +122,46 @@ class PartitionTransactions:
         live = [e for e in entries if e.offset >= self._floor[tp]]
         if not live:
             return
+        outputs, head = self._linked(tp, [r for e in live for r in e.outputs])
         await producer.begin_transaction()
         sent: list[asyncio.Future] = []
         try:
-            for (topic, partition), batch in (await self._by_partition(producer, live)).items():
+            for (topic, partition), batch in (await self._by_partition(producer, outputs)).items():
                 sent += await _send_batches(producer, topic, partition, batch)
-            await producer.send_offsets_to_transaction({tp: live[-1].offset + 1},
-                                                       self.group_id)
+            position = (live[-1].offset + 1, head.metadata() if head else "")
+            await producer.send_offsets_to_transaction({tp: position}, self.group_id)
             await producer.commit_transaction()
         finally:
             for future in sent:   # their errors are the transaction's: already raised
                 future.add_done_callback(_retrieve)
         self._floor[tp] = live[-1].offset + 1
+        if head is not None:
+            self._heads[tp] = head
 
-    async def _by_partition(self, producer: AIOKafkaProducer, live: list[Entry]
+    def _linked(self, tp: TopicPartition, outputs: list[Record]
+                ) -> tuple[list[Record], ChainHead | None]:
+        """``outputs`` with the audit records linked into the partition's chain, and
+        the chain's head after them (None without ``chaining``)."""
+        if self.chaining is None:
+            return outputs, None
+        return self.chaining.link(self._heads[tp], outputs)
+
+    async def _by_partition(self, producer: AIOKafkaProducer, outputs: list[Record]
                             ) -> dict[tuple[str, int], list[Record]]:
-        """The records of ``live`` by topic and partition, in order: an explicit
-        partition, else one partition per topic that needs no key placement, else the
-        producer's partitioner over the key (as ``producer.send`` would place it)."""
+        """``outputs`` by topic and partition, in order: an explicit partition, else one
+        partition per topic that needs no key placement, else the producer's
+        partitioner over the key (as ``producer.send`` would place it)."""
         placements: dict[str, Callable[[bytes | None], int]] = {}
         groups: dict[tuple[str, int], list[Record]] = {}
-        for entry in live:
-            for record in entry.outputs:
-                partition = record.partition
-                if partition is None:
-                    place = placements.get(record.topic)
-                    if place is None:
-                        place = placements[record.topic] = await self._placement(
-                            producer, record.topic)
-                    partition = place(record.key)
-                groups.setdefault((record.topic, partition), []).append(record)
+        for record in outputs:
+            partition = record.partition
+            if partition is None:
+                place = placements.get(record.topic)
+                if place is None:
+                    place = placements[record.topic] = await self._placement(
+                        producer, record.topic)
+                partition = place(record.key)
+            groups.setdefault((record.topic, partition), []).append(record)
         return groups
 
     async def _placement(self, producer: AIOKafkaProducer, topic: str
@@ -171,7 +190,11 @@ class PartitionTransactions:
         try:
             await producer.start()
             await producer._txn_manager.wait_for_pid()   # InitProducerId: the fence
-            self._floor[tp] = await self.committed(tp)
+            position = await self._position(tp)
+            self._floor[tp] = position.offset
+            if self.chaining is not None:
+                self._heads[tp] = ChainHead.from_metadata(position.metadata,
+                                                          self.transactional_id(tp))
         except BaseException:
             await _stop_quietly(producer)
             raise
@@ -180,18 +203,26 @@ class PartitionTransactions:
 
     async def committed(self, tp: TopicPartition) -> int:
         """The group's committed offset for ``tp`` (0 when it has none)."""
+        return (await self._position(tp)).offset
+
+    async def _position(self, tp: TopicPartition) -> OffsetAndMetadata:
+        """The group's committed offset for ``tp`` (0 when it has none), and the
+        metadata committed with it (the audit chain's head)."""
         if self._admin is None:
             self._admin = self.kafka.admin()
             await self._admin.start()
         offsets = await self._admin.list_consumer_group_offsets(self.group_id,
                                                                 partitions=[tp])
         found = offsets.get(tp)
-        return max(found.offset, 0) if found is not None else 0
+        if found is None or found.offset < 0:
+            return OffsetAndMetadata(0, "")
+        return OffsetAndMetadata(found.offset, found.metadata or "")
 
     async def release(self, tp: TopicPartition) -> None:
         """Drop the partition's producer (revoked, fenced or broken)."""
         producer = self._producers.pop(tp, None)
         self._floor.pop(tp, None)
+        self._heads.pop(tp, None)
         if producer is not None:
             await _stop_quietly(producer)
 

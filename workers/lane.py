@@ -99,7 +99,8 @@ def open_lane(settings: WorkerSettings, model: str, name: str, topics: list[str]
     transactions = PartitionTransactions(
         settings.kafka, group, transaction_timeout_ms(settings.session_timeout_ms),
         owned=lambda tp: tp in consumer.assignment(),
-        any_partition=settings.names.any_partition)
+        any_partition=settings.names.any_partition,
+        chaining=sealing.chaining(settings.names.audit))
     executor = (ThreadPoolExecutor(1, thread_name_prefix="kip-infer") if name else
                 ThreadPoolExecutor(1, thread_name_prefix="kip-infer-background",
                                    initializer=_lower_thread_priority))

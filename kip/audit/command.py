@@ -1,8 +1,10 @@
-"""``kip audit tail|explain|export``: the governance topic for audit consumers.
+"""``kip audit tail|explain|export|verify``: the governance topic for audit consumers.
 
     kip audit tail --tenant acme --code QUOTA_EXCEEDED --follow
     kip audit explain REQUEST_ID --since 2h
     kip audit export --out audit.parquet --since 24h
+    kip audit verify --since 7d
+    kip audit pseudonym acme     (what audit records call tenant acme, under pseudonyms)
 
 Time ranges take Unix ms or an age (``90s``, ``15m``, ``2h``, ``7d``).
 """
@@ -40,6 +42,20 @@ def add_command(sub) -> None:
     export.add_argument("--since", default="24h")
     export.add_argument("--until", help="Unix ms or an age (default: now)")
     export.set_defaults(func=_export)
+    verify = actions.add_parser("verify", help="check the audit records' hash chains; "
+                                "exit 1 naming the first broken link")
+    verify.add_argument("--since", default="0", help="Unix ms or an age (default: all)")
+    verify.add_argument("--until", help="Unix ms or an age (default: the topic's end)")
+    verify.add_argument("--keys", type=Path, help="trusted public keys (default "
+                        "KIP_RESULT_PUBLIC_KEYS_FILE)")
+    verify.set_defaults(func=_verify)
+    pseudonym = actions.add_parser("pseudonym", help="the pseudonym audit records give a "
+                                   "tenant or key id (KIP_AUDIT_PSEUDONYM_KEY_FILE)")
+    pseudonym.add_argument("value", nargs="?", help="a tenant (or a key id with --kind)")
+    pseudonym.add_argument("--kind", choices=["tenant", "key_id"], default="tenant")
+    pseudonym.add_argument("--new-key", type=Path, metavar="PATH",
+                           help="write a new pseudonym key to PATH instead")
+    pseudonym.set_defaults(func=_pseudonym)
 
 
 def since_ms(value: str, now_ms: int) -> int:
@@ -69,7 +85,9 @@ def _tail(args) -> int:
     from kip.audit.reading import Filter, explain, records
 
     kafka, names, now = _context()
-    wanted = Filter(args.tenant, args.model, args.decision, args.code)
+    key = _pseudonym_key()
+    tenant = key.of("tenant", args.tenant) if key and args.tenant else args.tenant
+    wanted = Filter(tenant, args.model, args.decision, args.code)
 
     async def go() -> None:
         async for record in records(kafka, names, since_ms(args.since, now),
@@ -107,6 +125,55 @@ def _export(args) -> int:
     else:
         args.out.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     print(f"kip audit: {len(rows)} records -> {args.out}")
+    return 0
+
+
+def _verify(args) -> int:
+    from kip.audit.reading import verify
+    from runtime import keys
+    from runtime.settings import KipSettings
+
+    kafka, names, now = _context()
+    trusted = keys.result_keys(args.keys or KipSettings().result_public_keys_file)
+    until = since_ms(args.until, now) if args.until else None
+    summary = asyncio.run(verify(kafka, names, trusted.verifier(),
+                                 since_ms(args.since, now), until))
+    print(f"kip audit verify: {summary.records} records in {summary.chains} chains, "
+          f"{summary.sealed} seals, {summary.heads} committed heads"
+          + (f", {summary.unsealed_in_range} awaiting a seal after the range"
+             if summary.unsealed_in_range else ""))
+    if summary.ok:
+        print("kip audit verify: every chain holds")
+        return 0
+    first, *more = summary.problems
+    print(f"kip audit verify: BROKEN at {names.audit}{first.where}: {first.what}",
+          file=sys.stderr)
+    for problem in more[:19]:
+        print(f"  also {names.audit}{problem.where}: {problem.what}", file=sys.stderr)
+    if len(summary.problems) > 20:
+        print(f"  and {len(summary.problems) - 20} more", file=sys.stderr)
+    return 1
+
+
+def _pseudonym_key():
+    from runtime.settings import KipSettings
+
+    return KipSettings().pseudonym_key()
+
+
+def _pseudonym(args) -> int:
+    from runtime import keys
+
+    if args.new_key:
+        keys.new_pseudonym_key(args.new_key)
+        print(f"kip audit: wrote a pseudonym key to {args.new_key}; set "
+              "KIP_AUDIT_PSEUDONYM_KEY_FILE to it for the pipeline and the workers")
+        return 0
+    key = _pseudonym_key()
+    if key is None or not args.value:
+        raise ValueError("kip audit pseudonym VALUE needs KIP_AUDIT_PSEUDONYM_KEY_FILE set "
+                         "(or --new-key PATH to make a key)")
+    print(key.of(args.kind, args.value))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Reading the governance topic: ``kip audit tail``, ``explain`` and ``export``.
+"""Reading the governance topic: ``kip audit tail``, ``explain``, ``export`` and ``verify``.
 
 Every stage writes an ``AuditRecord`` per decision (docs/protocol.md lists the fields);
 these read them over a time range, the way an audit consumer would: without a consumer
@@ -12,11 +12,16 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from aiokafka.structs import ConsumerRecord
+
+from kip.audit.chains import ChainCheck, Summary
 from schemas import AuditRecord, decode
+from schemas.audit_chain import ChainHead
 from schemas.errors import InvalidRequest
+from schemas.result_signatures import ResultVerifier
 from topics.clients import KafkaConnection
 from topics.names import TopicNames
-from topics.reading import assign_all, reached, seek_to_time
+from topics.reading import records_since
 
 
 @dataclass(frozen=True)
@@ -40,23 +45,49 @@ async def records(kafka: KafkaConnection, names: TopicNames, since_ms: int,
     """Audit records written from ``since_ms`` on: up to the topic's end now (or
     ``until_ms``), or on and on with ``follow``. Records come partition by partition as
     fetched; a request's records share a partition (keyed by request id), in order."""
-    consumer = kafka.consumer(group_id=None)
-    await consumer.start()
+    async for record in kafka_records(kafka, names, since_ms, until_ms, follow):
+        try:
+            yield decode(AuditRecord, record.value or b"")
+        except InvalidRequest as err:
+            on_bad(f"{record.topic}[{record.partition}]@{record.offset}: "
+                   f"{err.message[:200]}")
+
+
+def kafka_records(kafka: KafkaConnection, names: TopicNames, since_ms: int,
+                  until_ms: int | None = None, follow: bool = False
+                  ) -> AsyncIterator[ConsumerRecord]:
+    """The audit topic's records as Kafka holds them, each partition in its order."""
+    return records_since(kafka, names.audit, since_ms, until_ms, follow, what="audit topic")
+
+
+async def verify(kafka: KafkaConnection, names: TopicNames, verifier: ResultVerifier,
+                 since_ms: int, until_ms: int | None = None) -> Summary:
+    """The audit topic's chains checked over a time range (``kip.audit.chains``); up to
+    the topic's end, against the heads the stages committed, read first (a transaction
+    committed meanwhile only puts records past them)."""
+    heads = await chain_heads(kafka, names) if until_ms is None else {}
+    check = ChainCheck(verifier, complete=until_ms is None, heads=heads)
+    async for record in kafka_records(kafka, names, since_ms, until_ms):
+        check.add(record.partition, record.offset, record.value, record.headers)
+    return check.finish()
+
+
+async def chain_heads(kafka: KafkaConnection, names: TopicNames) -> dict[str, ChainHead]:
+    """Every chain's head, as its writer committed it with its input offset, in the
+    consumer groups of this deployment that the principal may describe."""
+    admin = kafka.admin()
+    await admin.start()
     try:
-        tps = await assign_all(consumer, names.audit, what="audit topic")
-        ends = await seek_to_time(consumer, tps, since_ms)
-        while follow or not await reached(consumer, ends):
-            for batch in (await consumer.getmany(timeout_ms=500)).values():
-                for record in batch:
-                    if until_ms is not None and record.timestamp > until_ms:
-                        continue
-                    try:
-                        yield decode(AuditRecord, record.value or b"")
-                    except InvalidRequest as err:
-                        on_bad(f"{record.topic}[{record.partition}]@{record.offset}: "
-                               f"{err.message[:200]}")
+        groups = [g[0] for g in await admin.list_consumer_groups() if names.owns(g[0])]
+        heads = {}
+        for group in groups:
+            for position in (await admin.list_consumer_group_offsets(group)).values():
+                head = ChainHead.parse(position.metadata)
+                if head is not None:
+                    heads[head.chain_id] = head
+        return heads
     finally:
-        await consumer.stop()
+        await admin.close()
 
 
 async def trail(kafka: KafkaConnection, names: TopicNames, request_id: str,

@@ -5,10 +5,12 @@ from __future__ import annotations
 from devkit.faults_report import Tally
 from schemas.codec import encode
 from schemas.messages import AuditRecord, DeadLetterRecord, InferenceResult, Status, Timings
+from schemas.result_signatures import ResultKeys, ResultSigningKey
 from topics.clients import KafkaConnection
 from topics.names import TopicNames
 
 NAMES = TopicNames("t")
+TRUSTED = ResultKeys(keys={"r1": ResultSigningKey.generate("r1").public()}).verifier()
 
 
 def _result(request_id: str) -> bytes:
@@ -29,7 +31,7 @@ def _dead(request_id: str) -> bytes:
 
 
 def _tally(records: list[tuple[str, bytes]]) -> Tally:
-    tally = Tally(KafkaConnection(bootstrap="unused:9092"), NAMES)
+    tally = Tally(KafkaConnection(bootstrap="unused:9092"), NAMES, TRUSTED)
     for topic, value in records:
         tally._count(topic, value)
     return tally
@@ -64,3 +66,10 @@ def test_each_defect_is_counted():
     assert report.poison == 1 and report.poison_deadlettered_once == 0
     assert report.deadletters_not_poison == 1
     assert not report.passed
+
+
+def test_an_audit_record_outside_the_chains_fails_the_run():
+    t = _tally([(NAMES.results, _result("a")), (NAMES.audit, _audit("a"))])
+    t.chains.add(0, 0, _audit("a"), [])   # as poll() feeds it: no chain header
+    report = t.report({"a": "normal"}, failed_sends=0)
+    assert not report.passed and "not written by a kip stage" in report.audit_chain_problems[0]

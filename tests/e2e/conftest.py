@@ -61,7 +61,8 @@ def _access() -> AccessConfig:
 @contextmanager
 def running(s: DevStack, access: AccessConfig, warm_up) -> Iterator[DevStack]:
     """``s`` prepared with ``access`` as its access file, its services started and
-    ``warm_up`` passed; the services stop on exit."""
+    ``warm_up`` passed; the services stop on exit. Then ``kip audit verify``'s check
+    must hold over everything the stack's stages wrote to the audit topic."""
     s.home.mkdir(parents=True, exist_ok=True)
     s.access_file.write_text(access.to_json())
     s.prepare(log=lambda *_: None)
@@ -71,6 +72,17 @@ def running(s: DevStack, access: AccessConfig, warm_up) -> Iterator[DevStack]:
         yield s
     finally:
         s.stop_services()
+    _audit_chains_hold(s)
+
+
+def _audit_chains_hold(s: DevStack) -> None:
+    from kip.audit.reading import verify
+    from runtime import keys
+
+    trusted = keys.result_keys(s.settings.result_public_keys_file).verifier()
+    summary = asyncio.run(verify(s.connection("audit-reader"), s.names, trusted, 0))
+    assert summary.ok, [str(p) for p in summary.problems[:5]]
+    assert summary.sealed > 0
 
 
 async def _warm_up(s: DevStack) -> None:

@@ -32,7 +32,8 @@ ALLOWED = {
                  "telemetry": {R}, "quota-levels": {R, W}},
     "worker-digits": {"work": {R}, "results": {W}, "reply:acme": {W}, "reply:bob": {W},
                       "audit": {W}, "deadletter": {W}, "telemetry": {W}},
-    "operator": {"control": {R, W}},
+    "operator": {"control": {R, W}, "deadletter": {R}, "deadletter-replays": {R, W},
+                 "requests": {W}},
     "audit-reader": {"audit": {R}},
 }
 
@@ -42,7 +43,8 @@ def _topics(names: TopicNames) -> dict[str, str]:
             "results": names.results, "reply:acme": names.reply_topic("acme"),
             "reply:bob": names.reply_topic("bob"), "audit": names.audit,
             "deadletter": names.deadletter, "control": names.control,
-            "telemetry": names.telemetry, "quota-levels": names.quota_levels}
+            "telemetry": names.telemetry, "quota-levels": names.quota_levels,
+            "deadletter-replays": names.deadletter_replays}
 
 
 @pytest.fixture

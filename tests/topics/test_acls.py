@@ -53,3 +53,16 @@ def test_names_with_a_dot_are_refused():
 def test_kip_principals_are_recognised_by_name():
     assert is_kip_principal("User:tenant-acme") and is_kip_principal("User:pipeline")
     assert not is_kip_principal("User:admin") and not is_kip_principal("User:someone")
+
+
+def test_only_the_operator_reads_dead_letters_and_replays_them_to_the_request_topics():
+    acls = plan(NAMES, ["digits"], {"acme": PRIORITIES})
+    readers = {a.principal for a in acls if a.name in (NAMES.deadletter,
+                                                       NAMES.deadletter_replays)
+               and a.operation == Operation.READ}
+    assert readers == {"User:operator"}
+    grants = _grants(acls, "User:operator")
+    writes = {name for op, kind, name in grants if op == "WRITE"}
+    assert writes == {NAMES.control, NAMES.deadletter_replays, "k-operator*",
+                      *NAMES.all_requests()}
+    assert not any(name.startswith("k.work.") for _, _, name in grants)

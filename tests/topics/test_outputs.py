@@ -7,7 +7,7 @@ from schemas.errors import InvalidRequest
 from schemas.messages import InferenceResult, Status
 from schemas.outcomes import Coordinates, undecodable
 from topics.names import TopicNames
-from topics.outputs import Sealing, ending, records
+from topics.outputs import Output, Sealing, ending, records
 from schemas.result_signatures import ResultKeys, ResultSigningKey
 
 NAMES = TopicNames("t")
@@ -26,3 +26,20 @@ def test_an_ending_is_result_audit_and_dead_letter_each_keyed_for_its_reader():
     assert decode(InferenceResult, out[0].value).error.code == "INVALID_REQUEST"
     assert [dict(r.headers)[TYPE_HEADER] for r in out] == [
         b"inference-result", b"audit-record", b"dead-letter"]
+
+
+def test_audit_records_name_pseudonyms_where_the_operator_keeps_a_key():
+    from schemas.messages import AuditRecord
+    from schemas.pseudonyms import PseudonymKey
+
+    key = PseudonymKey.generate("p1")
+    audit = AuditRecord(request_id="r-1", stage="pipeline", decision="routed", final=False,
+                        tenant="acme", key_id="acme-k1", payload_bytes=3, at_ms=1)
+    sealed = decode(AuditRecord, records([Output("t.audit", audit)],
+                                         Sealing(SIGNING_KEY.signer(), pseudonym_key=key))[0].value)
+    assert sealed.tenant == key.of("tenant", "acme") != key.of("key_id", "acme")
+    assert sealed.key_id == key.of("key_id", "acme-k1")
+    assert sealed.tenant.startswith("ps.p1.") and len(sealed.tenant) == len("ps.p1.") + 24
+    assert PseudonymKey.generate("p1").of("tenant", "acme") != sealed.tenant   # keyed
+    plain = decode(AuditRecord, records([Output("t.audit", audit)], SEALING)[0].value)
+    assert (plain.tenant, plain.key_id) == ("acme", "acme-k1")
