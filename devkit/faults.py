@@ -28,6 +28,7 @@ import numpy as np
 from devkit.broker import LocalBroker
 from devkit.faults_report import FaultReport, Tally, leftover_records
 from devkit.stack import DevStack, dev_client, own_stack
+from kip.audit.reading import chain_heads
 from kip.client import KipClient
 from runtime.settings import KipSettings
 from schemas.messages import Priority
@@ -133,6 +134,9 @@ async def _run(plan: FaultPlan, stack: DevStack, broker: LocalBroker, supervisor
             log(f"sent {len(sent.kinds)} requests in {time.monotonic() - started:.0f}s; "
                 "draining results ...")
             await _drain(plan, tally, sent, log)
+            # The chains' committed heads, then what the audit topic holds up to them:
+            tally.chains.heads = await chain_heads(stack.kafka, stack.names)
+            await tally.poll(2.0)
             report = tally.report(sent.kinds, sent.failed)
             report.leftover = await leftover_records(stack.kafka, stack.names, [MODEL])
             report.faults = dict(supervisor.planned) | {

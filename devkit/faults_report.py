@@ -97,7 +97,8 @@ class Tally:
                                        if sent.get(k, "normal") == "normal" and k in sent)
         r.undecodable_outputs = self.undecodable
         chains = self.chains.finish()
-        r.audit_chains = f"{chains.records} records, {chains.chains} chains, {chains.sealed} seals"
+        r.audit_chains = (f"{chains.records} records, {chains.chains} chains, {chains.sealed} "
+                          f"seals, {chains.heads} committed heads")
         r.audit_chain_problems = [str(p) for p in chains.problems]
         return r
 

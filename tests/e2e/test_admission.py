@@ -144,3 +144,4 @@ def test_an_overloaded_model_rejects_interactive_requests_with_retry_after(stack
         asyncio.run(publish(None))   # the fake worker leaves
     asyncio.run(asyncio.sleep(1))
     assert _codes(asyncio.run(_burst(stack, "acme-k1", 1, priority="interactive"))) == ["ok"]
+
