@@ -105,7 +105,7 @@ def _digits_block(rng, n: int, start: int = 0) -> pa.Table:
 def raw_rows_per_s(stack: DevStack, model: str, rows: int) -> tuple[float, np.ndarray | None]:
     """Raw ONNX Runtime's rows/s (MiniLM at batch 32 on the job's first rows, with their
     embeddings; digits at batch 256 on random pixels)."""
-    session = ModelSession(stack.registry.resolve(model), device="cpu")
+    session = ModelSession(stack.registry.load_alias(model), device="cpu")
     if model == "minilm":
         texts = sentences(rows, seed=3)[:RAW_SAMPLE_ROWS]
         session.run([[Tensor.text("text", texts[:32])]])                  # warm-up

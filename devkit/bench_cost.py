@@ -173,7 +173,7 @@ async def sequential(kip: KipClient, stack: DevStack, count: int) -> dict:
 
 
 def _raw_ms(stack: DevStack, texts: list[str]) -> list[float]:
-    session = ModelSession(stack.registry.resolve("minilm"), device="cpu")
+    session = ModelSession(stack.registry.load_alias("minilm"), device="cpu")
     session.run([[Tensor.text("text", [texts[0]])]])
     times = []
     for text in texts:

@@ -61,7 +61,7 @@ async def _measure(requests: int, warm_up: int, registry: Path
     minutes: their mean is the fairer yardstick), and kip's run."""
     texts = sentences(requests)
     async with own_stack("bench", registry, WORKER_ENV) as stack:
-        session = ModelSession(stack.registry.resolve("minilm"), device="cpu")
+        session = ModelSession(stack.registry.load_alias("minilm"), device="cpu")
         print(f"raw ONNX Runtime: {len(texts)} sentences at batch 32 ...", flush=True)
         before = raw_throughput(session, texts)
         stack.start_services()

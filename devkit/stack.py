@@ -26,10 +26,12 @@ from kip.client import KipClient
 from kip.security import ensure_access_file
 from models.export.reference import build_reference
 from models.registry import Registry
+from models.signing import sign
 from pipeline.access import AccessConfig
 from runtime import keys
 from runtime.files import open_private_log, private_dir
 from runtime.settings import KipSettings
+from schemas.codec import now_ms
 from topics.acl_admin import apply as apply_acls
 from topics.acls import plan
 from topics.admin import apply
@@ -137,7 +139,8 @@ class DevStack:
                              "KIP_BOOTSTRAP": self.bootstrap,
                              "KIP_TOPIC_PREFIX": self.prefix,
                              "KIP_REGISTRY_DIR": str(self.registry.root),
-                             "KIP_ACCESS_FILE": str(self.access_file)}
+                             "KIP_ACCESS_FILE": str(self.access_file),
+                             "KIP_REQUIRE_SIGNED_MODELS": "true"}
 
     def prepare(self, log=print) -> None:
         """Broker running, topics applied, reference models built, access file present."""
@@ -159,6 +162,15 @@ class DevStack:
             acls = asyncio.run(apply_acls(self.kafka, self.names, wanted))
             log(f"acls: {len(acls.created)} created, {len(acls.unchanged)} unchanged")
         build_reference(self.registry, log)
+        self.sign_models(REFERENCE_MODELS)
+
+    def sign_models(self, aliases) -> None:
+        """The versions ``aliases`` point to, signed with this stack's model key, which its
+        pipeline and workers trust (``KIP_REQUIRE_SIGNED_MODELS`` is on in ``env``)."""
+        key = keys.model_signing_key(self.settings.model_signing_key_file)
+        for alias in aliases:
+            mv = self.registry.resolve(alias)
+            sign(mv.path, mv.manifest, key, "kip up", now_ms())
 
     def start_services(self, log=print) -> None:
         """The pipeline and one worker per reference model, as child processes."""

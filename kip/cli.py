@@ -135,12 +135,9 @@ def _add_operator_commands(sub) -> None:
 
 
 def _add_model_commands(sub) -> None:
-    models = sub.add_parser("models", help="the model registry")
-    models.add_argument("action", choices=["build-reference", "list"])
-    models.add_argument("--force", action="store_true", help="rebuild even if present")
-    models.add_argument("--fp16", action="store_true", help="also MiniLM in fp16 for GPUs "
-                        "(minilm-fp16), checked against torch")
-    models.set_defaults(func=_models)
+    from kip.registry import add_command
+
+    add_command(sub)
 
 
 def _add_key_commands(sub) -> None:
@@ -262,19 +259,6 @@ def _tenant_classes() -> dict:
     if not path.exists():
         return {}
     return {t: p.priorities for t, p in AccessConfig.from_file(path).tenants.items()}
-
-
-def _models(args) -> int:
-    from models.export.reference import build_reference
-    from models.registry import Registry
-
-    registry = Registry(KipSettings().registry_dir)
-    if args.action == "build-reference":
-        build_reference(registry, force=args.force, fp16=args.fp16)
-    else:
-        for alias, target in sorted(registry.aliases().items()):
-            print(f"{alias:12} -> {target}")
-    return 0
 
 
 def _tenants(args) -> int:

@@ -6,9 +6,12 @@ Layout (a local folder; a mounted volume in deployment)::
     <root>/<name>/<version>/model.onnx     the artifact; version = sha256[:16]
     <root>/<name>/<version>/manifest.json  a ``Manifest``
     <root>/<name>/<version>/<files>        extra files the preprocessing needs
+    <root>/<name>/<version>/signatures/    who signed the manifest (models/signing.py)
 
 A version is never rewritten: ``publish`` refuses to overwrite a different artifact.
-``load`` re-hashes every file and refuses what does not match the manifest.
+``load`` reads every file once, into memory, and refuses a version whose bytes do not
+match its manifest or whose manifest no trusted key signed (where signatures are
+required): a worker runs the bytes that were checked, never a file read again later.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models.manifest import Manifest
-from schemas.errors import ModelNotFound
+from models.signing import ModelSignature, ModelTrust, signatures
+from schemas.errors import ModelNotFound, ModelUnverified
 
 VERSION_CHARS = 16
 
@@ -38,6 +42,21 @@ class ModelVersion:
 
     def file(self, name: str) -> Path:
         return self.path / name
+
+
+@dataclass(frozen=True)
+class LoadedVersion:
+    """A version's bytes as read and checked: what a worker runs."""
+
+    version: ModelVersion
+    artifact: bytes
+    files: dict[str, bytes]
+    artifact_sha256: str                 # of ``artifact``, computed here
+    signature: ModelSignature | None     # the trusted one, where there is one
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.version.manifest
 
 
 def sha256_file(path: Path) -> str:
@@ -88,17 +107,27 @@ class Registry:
             raise ModelNotFound(f"model {name}@{version} is not in the registry")
         return ModelVersion(Manifest.model_validate_json(manifest_path.read_bytes()), path)
 
-    def load(self, name: str, version: str) -> ModelVersion:
-        """Like ``get``, after re-hashing every file against the manifest."""
+    def load_alias(self, alias: str, trust: ModelTrust = ModelTrust()) -> LoadedVersion:
+        """``load`` of the version ``alias`` points to."""
+        m = self.resolve(alias).manifest
+        return self.load(m.name, m.version, trust)
+
+    def load(self, name: str, version: str, trust: ModelTrust = ModelTrust()
+             ) -> LoadedVersion:
+        """The version's files, read once and checked against its manifest, and the
+        manifest checked against ``trust``; ``ModelUnverified`` for what does not hold."""
         mv = self.get(name, version)
-        actual = sha256_file(mv.artifact)
-        if actual != mv.manifest.artifact_sha256:
-            raise ModelNotFound(f"{name}@{version}: model.onnx digest {actual[:12]} does not "
-                                f"match the manifest; refusing to load it")
-        for fname, digest in mv.manifest.files_sha256.items():
-            if sha256_file(mv.file(fname)) != digest:
-                raise ModelNotFound(f"{name}@{version}: {fname} does not match its digest")
-        return mv
+        artifact = mv.artifact.read_bytes()
+        digest = hashlib.sha256(artifact).hexdigest()
+        if digest != mv.manifest.artifact_sha256:
+            raise ModelUnverified(f"{name}@{version}: model.onnx digest {digest[:12]} does "
+                                  "not match the manifest; refusing to load it")
+        files = {fname: mv.file(fname).read_bytes() for fname in mv.manifest.files_sha256}
+        for fname, digest_wanted in mv.manifest.files_sha256.items():
+            if hashlib.sha256(files[fname]).hexdigest() != digest_wanted:
+                raise ModelUnverified(f"{name}@{version}: {fname} does not match its digest")
+        signer = trust.signer(mv.manifest, signatures(mv.path))
+        return LoadedVersion(mv, artifact, files, digest, signer)
 
     def publish(self, artifact: Path, manifest: dict, files: dict[str, Path]) -> ModelVersion:
         """Copy ``artifact`` and ``files`` in as a new immutable version."""
@@ -107,7 +136,7 @@ class Registry:
         name = manifest["name"]
         dest = self.root / name / version
         if (dest / "manifest.json").exists():
-            return self.load(name, version)
+            return self.load(name, version).version
         staging = self.root / name / f".{version}.staging"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
@@ -118,4 +147,4 @@ class Registry:
                         files_sha256={f: sha256_file(staging / f) for f in files})
         (staging / "manifest.json").write_text(full.model_dump_json(indent=2))
         staging.rename(dest)
-        return self.load(name, version)
+        return self.load(name, version).version

@@ -78,13 +78,19 @@ def authenticate(request: InferenceRequest, access: AccessConfig, now_ms: int,
         raise Unauthenticated("the signature does not match the request")
 
 
+def may_use(access: AccessConfig, tenant: str, model: str) -> bool:
+    """Whether ``tenant``'s policy allows ``model`` (a model or alias name)."""
+    policy = access.tenants.get(tenant)
+    return policy is not None and ("*" in policy.models or model in policy.models)
+
+
 def authorize(request: InferenceRequest, access: AccessConfig) -> None:
     """Raise ``Forbidden`` unless the tenant may use this model and priority class."""
     policy = access.tenants.get(request.tenant)
     if policy is None:
         raise Forbidden(f"tenant '{request.tenant}' has no policy")
     model_name = request.model.partition("@")[0]
-    if "*" not in policy.models and model_name not in policy.models:
+    if not may_use(access, request.tenant, model_name):
         raise Forbidden(f"tenant '{request.tenant}' may not use model '{model_name}'")
     if request.priority not in policy.priorities:
         raise Forbidden(f"tenant '{request.tenant}' may not send {request.priority.value} "

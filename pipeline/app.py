@@ -29,6 +29,7 @@ from aiokafka import TopicPartition
 from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
 
 from models.registry import Registry
+from models.signing import configured_trust
 from pipeline.access import AccessConfig
 from pipeline.capacity import CapacityView
 from pipeline.control import ControlState, apply_telemetry
@@ -58,7 +59,7 @@ class PipelineState:
     def __init__(self, settings: PipelineSettings) -> None:
         self.settings = settings
         self.access = AccessConfig.from_file(settings.access_file)
-        self.router = Router(Registry(settings.registry_dir))
+        self.router = Router(Registry(settings.registry_dir), trust=configured_trust(settings))
         self.control = ControlState()
         self.capacity = CapacityView()
         self.ledger = Ledger(self.control.quotas)

@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from pipeline.access import DEFAULT_REPLAY_WINDOW_MS, AccessConfig, authenticate, authorize
+from pipeline.access import (DEFAULT_REPLAY_WINDOW_MS, AccessConfig, authenticate, authorize,
+                             may_use)
 from pipeline.admission import (AdmissionPolicy, check_deadline, check_payload_size,
                                 check_request_limits, check_wait, effective_deadline)
 from aiokafka import TopicPartition
@@ -180,6 +181,10 @@ def within_capacity(request: InferenceRequest, route: Route, deadline_ms: int,
             check_served(fallback.model_name, request.priority, ctx)
         except KipError:
             raise overloaded from None   # an unusable fallback changes nothing for the caller
+        if not may_use(ctx.access, request.tenant, fallback.model_name):
+            raise Overloaded(f"{overloaded.message}; its fallback {fallback.model_name} is "
+                             f"not a model tenant '{request.tenant}' may use",
+                             retry_after_ms=overloaded.retry_after_ms) from None
         estimate = ctx.capacity.estimate_wait_ms(fallback.model_name, request.priority,
                                                  ctx.now_ms)
         check_wait(estimate, request.priority, deadline_ms, ctx.now_ms, ctx.policy)

@@ -45,6 +45,23 @@ def result_keys(path: Path) -> ResultKeys:
     return load(ResultKeys, path, "result public keys")
 
 
+def model_keys(path: Path) -> ResultKeys:
+    """The public keys whose model signatures a deployment trusts (same format as the
+    result public keys, other keys)."""
+    return load(ResultKeys, path, "model public keys")
+
+
+def model_signing_key(path: Path) -> ResultSigningKey:
+    return load(ResultSigningKey, path, "model signing key")
+
+
+def ensure_model_keys(signing: Path, public: Path) -> list[Path]:
+    """A model signing key and its public key, where missing: for a deployment on one
+    machine (``kip up``, the tests). Elsewhere the signing key stays with whoever
+    releases models, and servers get only the public file."""
+    return _key_pair(signing, public, "m1", "model signing key")
+
+
 def pseudonym_key(path: Path) -> PseudonymKey:
     return load(PseudonymKey, path, "audit pseudonym key")
 
@@ -79,10 +96,17 @@ def ensure_keys(stamps: Path, signing: Path, public: Path) -> list[Path]:
     if not Path(stamps).exists():
         write_private(stamps, dump(StampKeys.generate()))
         made.append(stamps)
+    return made + _key_pair(signing, public, "r1", "result signing key")
+
+
+def _key_pair(signing: Path, public: Path, key_id: str, what: str) -> list[Path]:
+    """An Ed25519 signing key and its public keys file, whichever is missing; the public
+    file follows the signing key (made again if the signing key was)."""
+    made = []
     if not Path(signing).exists():
-        write_private(signing, dump(ResultSigningKey.generate()))
+        write_private(signing, dump(ResultSigningKey.generate(key_id)))
         made.append(signing)
-    key = signing_key(signing)
+    key = load(ResultSigningKey, signing, what)
     if signing in made or not Path(public).exists():
         write_private(public, dump(ResultKeys(keys={key.key_id: key.public()})))
         made.append(public)

@@ -33,6 +33,11 @@ WORK_REFUSED = Counter(
     "another model's, a reply topic outside the results namespace, inputs the manifest "
     "does not take), by code", ["model", "code"])
 
+MODELS_REFUSED = Counter(
+    "kip_models_refused", "Model versions refused before they were routed to (pipeline) "
+    "or loaded (worker): unsigned, signed by no trusted key, or bytes that do not match "
+    "the manifest", ["stage", "model", "reason"])
+
 UNUSABLE_RECORDS = Counter(
     "kip_unusable_records", "Records of a followed topic (control, telemetry, quota "
     "levels) that could not be applied and were skipped", ["topic"])
@@ -51,6 +56,11 @@ def count_outcome(stage: str, audit: AuditRecord, model: str) -> None:
     come from what a sender wrote, or one sender could grow /metrics without bound."""
     REQUESTS.labels(stage, audit.decision, audit.error_code or "", audit.priority or "",
                     model).inc()
+
+
+def count_model_refused(stage: str, model: str, err) -> None:
+    """One refusal of a version of ``model`` (a name from the registry, not a request)."""
+    MODELS_REFUSED.labels(stage, model, err.reason).inc()
 
 
 def observe_latency(result: InferenceResult, model: str) -> None:

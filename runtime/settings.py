@@ -45,6 +45,14 @@ class KipSettings(BaseSettings):
     result_public_keys_file: Path = Field(
         None, description="public keys clients check results with (default "
         "$KIP_HOME/keys/result-public.json)", validate_default=False)
+    model_public_keys_file: Path = Field(
+        None, description="public keys of who may sign model versions (default "
+        "$KIP_HOME/keys/model-public.json)", validate_default=False)
+    model_signing_key_file: Path = Field(
+        None, description="the key `kip models sign` signs with: a release engineer's, "
+        "not a server's (default $KIP_HOME/keys/model-signing.json)", validate_default=False)
+    require_signed_models: bool = Field(False, description="route to and load only model "
+                                        "versions a trusted model key signed")
     deadletter_payloads: bool = Field(False, description="dead letters keep the first 64 KiB "
                                       "of the payload (else only its size and sha256)")
     audit_pseudonym_key_file: Path | None = Field(
@@ -63,7 +71,9 @@ class KipSettings(BaseSettings):
         keys = self.home / "keys"
         for name, default in (("stamp_keys_file", "stamp-keys.json"),
                               ("result_signing_key_file", "result-signing.json"),
-                              ("result_public_keys_file", "result-public.json")):
+                              ("result_public_keys_file", "result-public.json"),
+                              ("model_public_keys_file", "model-public.json"),
+                              ("model_signing_key_file", "model-signing.json")):
             if getattr(self, name) is None:
                 setattr(self, name, keys / default)
         return self
@@ -82,9 +92,13 @@ class KipSettings(BaseSettings):
         return keys.stamp_keys(self.stamp_keys_file)
 
     def ensure_keys(self) -> list[Path]:
-        """Make the deployment key files that are missing (``kip keys init``)."""
-        return keys.ensure_keys(self.stamp_keys_file, self.result_signing_key_file,
-                                self.result_public_keys_file)
+        """Make the deployment key files that are missing (``kip keys init``), a model
+        signing key and its public file included (for one machine: elsewhere the
+        signing key belongs with whoever releases models)."""
+        return (keys.ensure_keys(self.stamp_keys_file, self.result_signing_key_file,
+                                 self.result_public_keys_file)
+                + keys.ensure_model_keys(self.model_signing_key_file,
+                                         self.model_public_keys_file))
 
     @property
     def names(self) -> TopicNames:

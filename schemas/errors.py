@@ -54,6 +54,18 @@ class ModelNotFound(KipError):
     code = "MODEL_NOT_FOUND"
 
 
+class ModelUnverified(KipError):
+    """The model version does not verify: unsigned where signatures are required, signed
+    by no trusted key, or its files do not match its manifest. It is never run."""
+
+    code = "MODEL_UNVERIFIED"
+    REASONS = ("unsigned", "untrusted", "digest")   # a metrics label: a closed set
+
+    def __init__(self, message: str, *, reason: str = "digest") -> None:
+        super().__init__(message)
+        self.reason = reason if reason in self.REASONS else "digest"
+
+
 class DeadlineExceeded(KipError):
     """The request's deadline passed before it could be served."""
 
@@ -96,7 +108,7 @@ class Internal(KipError):
 _BY_CODE: dict[str, type[KipError]] = {
     cls.code: cls
     for cls in (InvalidRequest, Unauthenticated, Forbidden, DuplicateRequest, ModelNotFound,
-                DeadlineExceeded, PayloadTooLarge, QuotaExceeded, Overloaded, InferenceFailed,
+                ModelUnverified, DeadlineExceeded, PayloadTooLarge, QuotaExceeded, Overloaded, InferenceFailed,
                 Internal)
 }
 

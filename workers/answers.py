@@ -124,7 +124,7 @@ async def _answer_version(version: str, group: list[Pair], pulled_ms: float,
     runnable: list[Pair] = []
     for record, item in group:
         try:
-            check_inputs(item, session.manifest)
+            check_inputs(item, session.manifest, session.artifact_sha256)
             runnable.append((record, item))
         except Exception as err:   # a check that raised anything else is a kip defect
             metrics.WORK_REFUSED.labels(how.model, getattr(err, "code", "INTERNAL")).inc()

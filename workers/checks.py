@@ -23,13 +23,14 @@ def check_addressed(item: WorkItem, model: str, names: TopicNames) -> None:
         raise InvalidRequest(f"reply_to {item.reply_to} is outside {names.results}")
 
 
-def check_inputs(item: WorkItem, manifest: Manifest) -> None:
-    """Raise ``InvalidRequest`` (or ``ModelNotFound``) unless ``manifest``'s version can
-    run ``item``: the digest it was routed to, its inputs' names, datatypes and shapes,
-    and no more rows than a request may carry."""
-    if item.route.artifact_sha256 != manifest.artifact_sha256:
+def check_inputs(item: WorkItem, manifest: Manifest, loaded_sha256: str) -> None:
+    """Raise ``InvalidRequest`` (or ``ModelNotFound``) unless the version loaded, with
+    ``manifest``, can run ``item``: the digest of the bytes loaded is the one it was
+    routed to, its inputs' names, datatypes and shapes fit, and it has no more rows than
+    a request may carry."""
+    if item.route.artifact_sha256 != loaded_sha256:
         raise ModelNotFound(f"{manifest.name}@{manifest.version} has artifact "
-                            f"{manifest.artifact_sha256[:12]}, the work item was routed to "
+                            f"{loaded_sha256[:12]}, the work item was routed to "
                             f"{item.route.artifact_sha256[:12]}")
     rows = manifest.check_inputs(item.request.inputs)
     if rows > manifest.rows_per_request:

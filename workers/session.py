@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from models.preprocess import encode_texts
-from models.registry import ModelVersion, Registry
+from models.registry import LoadedVersion, Registry
+from models.signing import ModelTrust
 from runtime import metrics
-from schemas.errors import InferenceFailed
+from schemas.errors import InferenceFailed, ModelUnverified
 from schemas.tensors import Tensor
 from workers import cuda
 
@@ -56,13 +57,17 @@ def _with_cuda() -> list[str]:
 
 
 class ModelSession:
-    def __init__(self, version: ModelVersion, device: str = "auto",
+    """One verified version in ONNX Runtime, built from the bytes that were checked
+    (``Registry.load``), never from the files again: ``artifact_sha256`` is theirs."""
+
+    def __init__(self, loaded: LoadedVersion, device: str = "auto",
                  intra_op_threads: int = 0, assume_gpu: bool = False,
                  spinning: bool = False) -> None:
         import onnxruntime as ort
 
-        self.version = version
-        self.manifest = version.manifest
+        self.loaded = loaded
+        self.manifest = loaded.manifest
+        self.artifact_sha256 = loaded.artifact_sha256
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = intra_op_threads
@@ -72,7 +77,7 @@ class ModelSession:
         # benchmarks.md). Off unless the host is the worker's alone.
         options.add_session_config_entry("session.intra_op.allow_spinning",
                                          "1" if spinning else "0")
-        self.session = ort.InferenceSession(str(version.artifact), options,
+        self.session = ort.InferenceSession(loaded.artifact, options,
                                             providers=choose_providers(device, assume_gpu))
         self.provider = self.session.get_providers()[0]
         if device == "cuda" and self.provider != CUDA:
@@ -86,7 +91,7 @@ class ModelSession:
         if pre is None:
             return None
         from tokenizers import Tokenizer
-        return Tokenizer.from_file(str(self.version.file(pre.tokenizer_file)))
+        return Tokenizer.from_str(self.loaded.files[pre.tokenizer_file].decode("utf-8"))
 
     def run(self, requests: list[list[Tensor]]) -> list[list[Tensor]]:
         """Outputs per request, in order; raises ``InferenceFailed`` for the whole batch."""
@@ -135,8 +140,10 @@ class Sessions:
     """The model versions one worker has loaded, by ``name@version``."""
 
     def __init__(self, registry: Registry, device: str = "auto", intra_op_threads: int = 0,
-                 assume_gpu: bool = False, spinning: bool = False) -> None:
+                 assume_gpu: bool = False, spinning: bool = False,
+                 trust: ModelTrust = ModelTrust()) -> None:
         self.registry = registry
+        self.trust = trust
         self.options = (device, intra_op_threads, assume_gpu, spinning)
         self.loaded: dict[str, ModelSession] = {}
         self._loading = asyncio.Lock()
@@ -153,10 +160,18 @@ class Sessions:
 
     async def _load(self, name: str, version: str, executor: Executor) -> ModelSession:
         loop = asyncio.get_running_loop()
-        mv = await loop.run_in_executor(executor, self.registry.load, name, version)
-        session = await loop.run_in_executor(executor, ModelSession, mv, *self.options)
+        try:
+            loaded = await loop.run_in_executor(executor, self.registry.load, name, version,
+                                                self.trust)
+        except ModelUnverified as err:
+            metrics.count_model_refused("worker", name, err)
+            log.error("worker refuses %s@%s: %s", name, version, err.message)
+            raise
+        session = await loop.run_in_executor(executor, ModelSession, loaded, *self.options)
         metrics.MODELS_LOADED.labels(name, version, session.provider).set(1)
-        log.warning("worker serves %s@%s on %s", name, version, session.provider)
+        signer = loaded.signature.key_id if loaded.signature else "nobody (not required)"
+        log.warning("worker serves %s@%s on %s, signed by %s", name, version,
+                    session.provider, signer)
         return session
 
     @property

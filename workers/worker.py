@@ -20,6 +20,7 @@ import asyncio
 from aiokafka.structs import ConsumerRecord
 
 from models.registry import Registry
+from models.signing import configured_trust
 from runtime import metrics
 from schemas.codec import encode, headers, now_ms
 from schemas.messages import PRIORITIES, Priority
@@ -42,7 +43,8 @@ class Worker:
         self.model = self.served.name
         self.pace = Pace(settings.background_call_ms)
         self.sessions = Sessions(registry, settings.device, settings.intra_op_threads,
-                                 settings.assume_gpu, settings.intra_op_spinning)
+                                 settings.assume_gpu, settings.intra_op_spinning,
+                                 configured_trust(settings))
         self.stamp_keys = settings.stamp_keys()
         self.sealing = settings.sealing()
         self.topic_class = {settings.names.work(self.model, p): p for p in PRIORITIES}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from models.registry import Registry
-from schemas.errors import ModelNotFound
+from schemas.errors import ModelNotFound, ModelUnverified
 
 
 def missing(registry: Registry, aliases: list[str] = ("minilm", "digits")) -> list[str]:
@@ -11,8 +11,8 @@ def missing(registry: Registry, aliases: list[str] = ("minilm", "digits")) -> li
     out = []
     for alias in aliases:
         try:
-            registry.load(*registry.aliases()[alias].split("@"))
-        except (KeyError, ModelNotFound):
+            registry.load_alias(alias)
+        except (KeyError, ModelNotFound, ModelUnverified):
             out.append(alias)
     return out
 

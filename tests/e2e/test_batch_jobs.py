@@ -40,7 +40,7 @@ def _batch(stack, *args, **popen) -> subprocess.Popen:
 
 
 def _raw_embeddings(stack, texts):
-    session = ModelSession(stack.registry.resolve("minilm"), device="cpu")
+    session = ModelSession(stack.registry.load_alias("minilm"), device="cpu")
     out = [session.run([[Tensor.text("text", texts[i:i + 32])]])[0][0].array
            for i in range(0, len(texts), 32)]
     return np.concatenate(out)

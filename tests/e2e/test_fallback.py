@@ -31,6 +31,7 @@ def with_digits_small(plain_stack):
                                                    "files_sha256"})
     small = s.registry.publish(digits.artifact, manifest | {"name": "digits-small"}, {})
     s.registry.set_alias("digits-small", f"digits-small@{small.manifest.version}")
+    s.sign_models(["digits-small"])
     asyncio.run(apply(s.kafka, [t for t in catalogue(s.names, ["digits-small"])
                                 if "digits-small" in t.name]))
     s.procs.append(s.spawn(["worker", "--model", "digits-small"], log=lambda *_: None))

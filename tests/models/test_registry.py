@@ -3,7 +3,7 @@ import json
 import pytest
 
 from models.registry import Registry
-from schemas.errors import InvalidRequest, ModelNotFound
+from schemas.errors import InvalidRequest, ModelNotFound, ModelUnverified
 from schemas.tensors import Tensor
 from tests.pipeline.conftest import DIGITS_MANIFEST
 
@@ -30,7 +30,7 @@ def test_versions_are_named_by_their_digest_and_immutable(tmp_path):
 def test_a_tampered_artifact_is_refused(tmp_path):
     reg, mv = _publish(tmp_path)
     mv.artifact.write_bytes(b"something else")
-    with pytest.raises(ModelNotFound, match="does not match"):
+    with pytest.raises(ModelUnverified, match="does not match"):
         reg.load("digits", mv.manifest.version)
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import orjson
 import pytest
 
+from pipeline.access import TenantPolicy
 from pipeline.decide import Forward, Origin, Reject, decide
 from pipeline.quota import TenantQuota
 from schemas import InferenceRequest, Status, encode
@@ -173,6 +174,13 @@ def test_an_overloaded_model_degrades_to_its_fallback(ctx, small_registry, tmp_p
     assert isinstance(d, Forward) and d.topic == "kip.work.digits-small.interactive"
     assert d.work.route.fallback_from == "digits" and d.audit.decision == "degraded"
     assert d.audit.fallback_from == "digits"
+    only_digits = ctx.access.model_copy(update={"tenants": {
+        "acme": TenantPolicy(models=["digits"])}})
+    again = signer().request("digits", PIXELS, priority="interactive", issued_at_ms=NOW_MS)
+    d = _rejected(decide(_payload(again), _origin("interactive"),
+                         replace(ctx, access=only_digits)), "OVERLOADED")
+    assert "its fallback digits-small is not a model tenant 'acme' may use" in \
+        d.result.error.message and d.result.error.retry_after_ms > 0
 
 
 def test_a_model_without_work_topics_is_not_found_instead_of_stalling(ctx):

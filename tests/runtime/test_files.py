@@ -38,7 +38,7 @@ def test_an_existing_file_is_tightened_when_rewritten(tmp_path):
 def test_deployment_keys_are_made_once_and_rotate(tmp_path):
     settings = KipSettings(home=tmp_path)
     made = settings.ensure_keys()
-    assert len(made) == 3 and all(_mode(p) == 0o600 for p in made)
+    assert len(made) == 5 and all(_mode(p) == 0o600 for p in made)   # model keys too
     assert settings.ensure_keys() == []   # kept
     first = settings.stamp_keys()
     rotated = keys.rotate_stamp(settings.stamp_keys_file, "s2")

@@ -37,13 +37,13 @@ GOOD = Tensor.from_array("pixels", np.zeros((2, 64), np.float32))
 ])
 def test_inputs_the_manifest_does_not_take_are_refused(tensor, error):
     with pytest.raises(error):
-        check_inputs(_item(tensor), MANIFEST)
-    check_inputs(_item(GOOD), MANIFEST)
+        check_inputs(_item(tensor), MANIFEST, MANIFEST.artifact_sha256)
+    check_inputs(_item(GOOD), MANIFEST, MANIFEST.artifact_sha256)
 
 
 def test_a_work_item_routed_to_another_artifact_is_refused():
     with pytest.raises(ModelNotFound, match="routed to"):
-        check_inputs(_item(GOOD, digest="b" * 64), MANIFEST)
+        check_inputs(_item(GOOD, digest="b" * 64), MANIFEST, MANIFEST.artifact_sha256)
 
 
 @pytest.mark.parametrize("model, reply_to", [("minilm", "kip.results.acme"),

@@ -10,7 +10,7 @@ from workers.session import CPU, ModelSession, choose_providers
 
 
 def _session(registry, alias: str) -> ModelSession:
-    return ModelSession(registry.load(*registry.aliases()[alias].split("@")), device="cpu")
+    return ModelSession(registry.load_alias(alias), device="cpu")
 
 
 def test_minilm_embeds_sentences_like_the_torch_reference(registry):
@@ -41,7 +41,7 @@ def test_the_session_reports_the_provider_it_got(registry):
 
 
 def test_requiring_cuda_where_there_is_none_is_refused(registry):
-    mv = registry.load(*registry.aliases()["digits"].split("@"))
+    mv = registry.load_alias("digits")
     with pytest.raises(RuntimeError, match="CUDA"):
         ModelSession(mv, device="cuda")
 

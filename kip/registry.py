@@ -1,0 +1,101 @@
+"""``kip models``: the model registry, and who signed what is in it.
+
+    kip models build-reference [--sign]   export MiniLM and the digits classifier
+    kip models list                       aliases, versions, who signed each
+    kip models sign minilm                sign the version an alias points to (or NAME@VERSION)
+    kip models verify [minilm]            re-hash every file and check the signatures
+
+Signing uses ``KIP_MODEL_SIGNING_KEY_FILE``: a release engineer's key, kept off the
+servers, which hold only the public keys (``KIP_MODEL_PUBLIC_KEYS_FILE``).
+"""
+
+from __future__ import annotations
+
+import getpass
+import sys
+
+
+def add_command(sub) -> None:
+    models = sub.add_parser("models", help="the model registry: build, list, sign, verify")
+    actions = models.add_subparsers(required=True, metavar="ACTION")
+    build = actions.add_parser("build-reference", help="export the reference models")
+    build.add_argument("--force", action="store_true", help="rebuild even if present")
+    build.add_argument("--fp16", action="store_true", help="also MiniLM in fp16 for GPUs "
+                       "(minilm-fp16), checked against torch")
+    build.add_argument("--sign", action="store_true", help="and sign them "
+                       "(KIP_MODEL_SIGNING_KEY_FILE)")
+    build.set_defaults(func=_build)
+    listing = actions.add_parser("list", help="aliases, versions and their signers")
+    listing.set_defaults(func=_list)
+    sign = actions.add_parser("sign", help="sign a version's manifest")
+    sign.add_argument("target", help="an alias or NAME@VERSION")
+    sign.set_defaults(func=_sign)
+    verify = actions.add_parser("verify", help="re-hash files and check signatures; "
+                                "exit 1 if any version does not verify")
+    verify.add_argument("targets", nargs="*", help="aliases or NAME@VERSION (default: all)")
+    verify.set_defaults(func=_verify)
+
+
+def _registry():
+    from models.registry import Registry
+    from runtime.settings import KipSettings
+
+    settings = KipSettings()
+    return settings, Registry(settings.registry_dir)
+
+
+def _build(args) -> int:
+    from models.export.reference import build_reference
+
+    settings, registry = _registry()
+    build_reference(registry, force=args.force, fp16=args.fp16)
+    if args.sign:
+        for alias in ["minilm", "digits"] + (["minilm-fp16"] if args.fp16 else []):
+            args.target = alias
+            _sign(args)
+    return 0
+
+
+def _list(args) -> int:
+    from models.signing import signatures
+
+    _, registry = _registry()
+    for alias, target in sorted(registry.aliases().items()):
+        mv = registry.resolve(alias)
+        signers = ", ".join(f"{s.key_id} ({s.signed_by})" for s in signatures(mv.path))
+        print(f"{alias:14} -> {target}  signed by: {signers or 'nobody'}")
+    return 0
+
+
+def _sign(args) -> int:
+    from models.signing import sign
+    from runtime import keys
+    from schemas.codec import now_ms
+
+    settings, registry = _registry()
+    mv = registry.resolve(args.target)
+    key = keys.model_signing_key(settings.model_signing_key_file)
+    path = sign(mv.path, mv.manifest, key, getpass.getuser(), now_ms())
+    print(f"signed {mv.manifest.name}@{mv.manifest.version} with key {key.key_id}: {path}")
+    return 0
+
+
+def _verify(args) -> int:
+    from models.signing import configured_trust
+    from schemas.errors import KipError
+
+    settings, registry = _registry()
+    trust = configured_trust(settings)
+    targets = args.targets or sorted(set(registry.aliases().values()))
+    failed = 0
+    for target in targets:
+        try:
+            mv = registry.resolve(target)
+            loaded = registry.load(mv.manifest.name, mv.manifest.version, trust)
+        except KipError as err:
+            failed += 1
+            print(f"{target}: REFUSED {err.code}: {err.message}", file=sys.stderr)
+            continue
+        signer = loaded.signature.key_id if loaded.signature else "no trusted signature"
+        print(f"{target}: ok, files match, signed by {signer}")
+    return 1 if failed else 0
