@@ -7,7 +7,8 @@ import asyncio
 import time
 from pathlib import Path
 
-from devkit import bench_batch, bench_checks, bench_cost, bench_load, bench_throughput, faults
+from devkit import (bench_batch, bench_checks, bench_cost, bench_load, bench_rollout,
+                    bench_throughput, faults)
 from devkit.settings import DevSettings
 
 
@@ -23,6 +24,8 @@ BENCHES = [
      "bare-library floors, in one run"),
     ("batch", bench_batch, "kip batch run against raw ONNX Runtime: rows/s, peak RSS, "
      "interactive p99 beside the job"),
+    ("rollout", bench_rollout, "a 90/10 canary, promote and rollback under interactive "
+     "traffic: the canary's share, failed and lost requests, interactive p99"),
     ("checks", bench_checks, "CPU per request of the stamp, signature and replay checks, "
      "beside request authentication (no Kafka)"),
 ]

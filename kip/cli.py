@@ -136,8 +136,10 @@ def _add_operator_commands(sub) -> None:
 
 def _add_model_commands(sub) -> None:
     from kip.registry import add_command
+    from kip.rollout import add_command as add_rollout
 
     add_command(sub)
+    add_rollout(sub)
 
 
 def _add_key_commands(sub) -> None:

@@ -33,6 +33,7 @@ from models.signing import configured_trust
 from pipeline.access import AccessConfig
 from pipeline.capacity import CapacityView
 from pipeline.control import ControlState, apply_telemetry
+from pipeline.releases import Releases
 from pipeline.decide import Context, Decision, Origin, decide, undecodable
 from pipeline.follower import TopicFollower
 from pipeline.known_topics import KnownTopics
@@ -59,7 +60,9 @@ class PipelineState:
     def __init__(self, settings: PipelineSettings) -> None:
         self.settings = settings
         self.access = AccessConfig.from_file(settings.access_file)
-        self.router = Router(Registry(settings.registry_dir), trust=configured_trust(settings))
+        self.releases = Releases()
+        self.router = Router(Registry(settings.registry_dir), trust=configured_trust(settings),
+                             releases=self.releases)
         self.control = ControlState()
         self.capacity = CapacityView()
         self.ledger = Ledger(self.control.quotas)
@@ -70,7 +73,8 @@ class PipelineState:
         self.followers = [
             TopicFollower(kafka, names.control, self.control.apply),
             TopicFollower(kafka, names.telemetry, apply_telemetry(self.capacity)),
-            TopicFollower(kafka, names.quota_levels, apply_levels(self.ledger))]
+            TopicFollower(kafka, names.quota_levels, apply_levels(self.ledger)),
+            TopicFollower(kafka, names.releases, self.releases.apply)]
 
     async def ready(self) -> None:
         await asyncio.gather(*(f.caught_up.wait() for f in self.followers))

@@ -155,7 +155,7 @@ def admit(message: Message, ctx: Context) -> tuple[Route, int]:
     authorize(request, ctx.access)
     deadline_ms = effective_deadline(request, ctx.policy)
     check_deadline(deadline_ms, ctx.now_ms)
-    route, manifest = ctx.router.route(request.model)
+    route, manifest = ctx.router.route(request.model, request.request_id, request.tenant)
     manifest.check_inputs(request.inputs)
     check_request_limits(request, manifest, size, ctx.policy)
     check_served(route.model_name, request.priority, ctx)
@@ -176,7 +176,8 @@ def within_capacity(request: InferenceRequest, route: Route, deadline_ms: int,
         if alternative is None:
             raise
         try:
-            fallback, manifest = ctx.router.route(alternative)
+            fallback, manifest = ctx.router.route(alternative, request.request_id,
+                                                  request.tenant)
             manifest.check_inputs(request.inputs)
             check_served(fallback.model_name, request.priority, ctx)
         except KipError:

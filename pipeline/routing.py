@@ -11,33 +11,48 @@ import time
 from models.manifest import Manifest
 from models.registry import Registry
 from models.signing import ModelTrust, signatures
+from pipeline.releases import Releases
 from runtime import metrics
 from schemas.errors import ModelNotFound, ModelUnverified
 from schemas.messages import Route
 
 
 class Router:
-    """Resolves aliases through ``aliases.json``; re-reads it every ``refresh_s``."""
+    """Resolves an alias by its latest release (``releases``, followed from the releases
+    topic), else through ``aliases.json``, which it re-reads every ``refresh_s``."""
 
     def __init__(self, registry: Registry, refresh_s: float = 2.0,
-                 trust: ModelTrust = ModelTrust()) -> None:
+                 trust: ModelTrust = ModelTrust(), releases: Releases | None = None) -> None:
         self.registry = registry
         self.refresh_s = refresh_s
         self.trust = trust
+        self.releases = releases or Releases()
         self._aliases: dict[str, str] = {}
         self._read_at = float("-inf")
         self._manifests: dict[str, Manifest] = {}
 
-    def route(self, alias: str) -> tuple[Route, Manifest]:
-        target = alias if "@" in alias else self._alias_target(alias)
+    def route(self, alias: str, request_id: str = "", tenant: str = ""
+              ) -> tuple[Route, Manifest]:
+        """The version a request for ``alias`` goes to (by its id and tenant, where a
+        release splits the alias), and that version's manifest."""
+        release = self.releases.latest.get(alias)
+        chosen = release.choose(request_id, tenant) if release is not None else None
+        target = (chosen if isinstance(chosen, str) else chosen.version if chosen else
+                  alias if "@" in alias else self._alias_target(alias))
         if target is None:
             raise ModelNotFound(f"no model or alias named '{alias[:128]}'")
         manifest = self._manifests.get(target)
         if manifest is None:
             manifest = self._verified(target)
             self._manifests[target] = manifest
+        if chosen is not None and not isinstance(chosen, str) and \
+                chosen.artifact_sha256 != manifest.artifact_sha256:
+            raise ModelUnverified(f"release {release.revision} of {alias} names artifact "
+                                  f"{chosen.artifact_sha256[:12]} for {target}, the registry "
+                                  f"holds {manifest.artifact_sha256[:12]}")
         route = Route(alias=alias, model_name=manifest.name, model_version=manifest.version,
-                      artifact_sha256=manifest.artifact_sha256)
+                      artifact_sha256=manifest.artifact_sha256,
+                      revision=release.revision if release is not None else None)
         return route, manifest
 
     def _verified(self, target: str) -> Manifest:
@@ -52,6 +67,9 @@ class Router:
     def known(self, alias: str | None) -> str:
         """The model name ``alias`` routes to, or "unknown": a metrics label, which must
         not take arbitrary values from requests."""
+        release = self.releases.latest.get(alias or "")
+        if release is not None:
+            return release.routes[0].version.partition("@")[0]
         target = alias if alias and "@" in alias else alias and self._alias_target(alias)
         if not target:
             return "unknown"

@@ -86,6 +86,8 @@ class Route(Message):
     model_version: str
     artifact_sha256: str = Field(pattern=_SHA256)
     fallback_from: str | None = Field(None, description="the overloaded model it replaced")
+    revision: int | None = Field(None, description=(
+        "the release revision that chose this version (absent: the registry's alias)"))
 
 
 class WorkStamp(Message):
@@ -171,6 +173,8 @@ class AuditRecord(Message):
     model_version: str | None = None
     artifact_sha256: str | None = None
     fallback_from: str | None = None
+    route_revision: int | None = Field(default=None, description=(
+        "the release revision that routed the request (``kip rollout``)"))
     error_code: str | None = None
     reason: str | None = Field(default=None, description=(
         "why, in words: the rule that decided (a rejection's or failure's message: the "

@@ -58,7 +58,8 @@ def audit_record(request: InferenceRequest, *, stage: Stage, decision: str, fina
         model=request.model, model_name=route and route.model_name,
         model_version=route and route.model_version,
         artifact_sha256=route and route.artifact_sha256,
-        fallback_from=route and route.fallback_from, error_code=code,
+        fallback_from=route and route.fallback_from,
+        route_revision=route and route.revision, error_code=code,
         reason=reason and reason[:500], request_sha256=request_sha256, timings=timings,
         payload_bytes=payload_bytes, traceparent=request.traceparent, at_ms=at_ms)
 

@@ -6,10 +6,10 @@ Principals (``User:<name>``: a SCRAM user, or the CN of an mTLS client certifica
 | role | principal | may |
 |---|---|---|
 | a tenant's producer | ``tenant-<tenant>`` | write the request topics of its classes; read its own reply topics (``<results>.<tenant>`` and ``<results>.<tenant>.*``) |
-| the pipeline | ``pipeline`` | read requests, control, telemetry; write work, results, audit, dead letters; read and write quota levels; its groups, internal topics and transactional ids (``<prefix>-pipeline*``) |
+| the pipeline | ``pipeline`` | read requests, control, telemetry, releases; write work, results, audit, dead letters; read and write quota levels; its groups, internal topics and transactional ids (``<prefix>-pipeline*``) |
 | a model's workers | ``worker-<model>`` | read that model's work topics in its groups; write results, audit, dead letters, telemetry; its transactional ids (``<prefix>.workers.<model>.*``) |
-| the operator | ``operator`` | read and write control; read dead letters; replay them (write the request topics and the replay record, its transactional id ``<prefix>-operator*``) |
-| an audit reader | ``audit-reader`` | read audit; describe kip's groups and the topics they read (the audit chains' heads) |
+| the operator | ``operator`` | read and write control and releases; read dead letters; replay them (write the request topics and the replay record, its transactional id ``<prefix>-operator*``) |
+| an audit reader | ``audit-reader`` | read audit and releases; describe kip's groups and the topics they read (the audit chains' heads) |
 
 Creating topics and ACLs is the cluster administrator's (a super user), not a kip role's.
 Names with a ``.`` are refused in a plan: a prefixed grant such as ``<results>.acme.``
@@ -112,7 +112,7 @@ PREFIXED = Pattern.PREFIXED
 def _pipeline(names: TopicNames) -> set[Acl]:
     p, own = PIPELINE, names.pipeline_group()
     acls = set()
-    for topic in names.all_requests() + [names.control, names.telemetry]:
+    for topic in names.all_requests() + [names.control, names.telemetry, names.releases]:
         acls |= _grant(p, TOPIC, topic, (R, D))
     for topic in (names.audit, names.deadletter):
         acls |= _grant(p, TOPIC, topic, (W, D))
@@ -153,6 +153,7 @@ def _tenant(names: TopicNames, tenant: str, classes: Iterable[Priority]) -> set[
 
 def _operator(names: TopicNames) -> set[Acl]:
     acls = _grant(OPERATOR, TOPIC, names.control, (R, W, D))
+    acls |= _grant(OPERATOR, TOPIC, names.releases, (R, W, D))
     acls |= _grant(OPERATOR, TOPIC, names.deadletter, (R, D))
     acls |= _grant(OPERATOR, TOPIC, names.deadletter_replays, (R, W, D))
     for topic in names.all_requests():   # replays go back where they came from
@@ -165,6 +166,7 @@ def _audit_reader(names: TopicNames) -> set[Acl]:
     """The audit topic; and, for ``kip audit verify``, the chain heads the stages commit
     with their offsets: describe kip's groups and the topics they read."""
     acls = _grant(AUDIT_READER, TOPIC, names.audit, (R, D))
+    acls |= _grant(AUDIT_READER, TOPIC, names.releases, (R, D))
     for group in (f"{names.prefix}-", f"{names.prefix}."):
         acls |= _grant(AUDIT_READER, GROUP, group, (D,), PREFIXED)
     for topic in (f"{names.prefix}.requests.", f"{names.prefix}.work."):

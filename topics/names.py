@@ -60,6 +60,11 @@ class TopicNames:
         return f"{self.prefix}.admitted.{Priority(priority).value}"
 
     @property
+    def releases(self) -> str:
+        """Every release of every alias (pipeline/releases.py): the release record."""
+        return f"{self.prefix}.releases"
+
+    @property
     def deadletter_replays(self) -> str:
         """Which dead letters were replayed (``kip deadletter replay``), once each."""
         return f"{self.prefix}.deadletter-replays"

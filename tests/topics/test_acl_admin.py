@@ -29,12 +29,13 @@ ALLOWED = {
     "tenant-acme": {"requests": {W}, "reply:acme": {R}},
     "pipeline": {"requests": {R}, "work": {W}, "results": {W}, "reply:acme": {W},
                  "reply:bob": {W}, "audit": {W}, "deadletter": {W}, "control": {R},
+                 "releases": {R},
                  "telemetry": {R}, "quota-levels": {R, W}},
     "worker-digits": {"work": {R}, "results": {W}, "reply:acme": {W}, "reply:bob": {W},
                       "audit": {W}, "deadletter": {W}, "telemetry": {W}},
     "operator": {"control": {R, W}, "deadletter": {R}, "deadletter-replays": {R, W},
-                 "requests": {W}},
-    "audit-reader": {"audit": {R}},
+                 "requests": {W}, "releases": {R, W}},
+    "audit-reader": {"audit": {R}, "releases": {R}},
 }
 
 
@@ -44,7 +45,7 @@ def _topics(names: TopicNames) -> dict[str, str]:
             "reply:bob": names.reply_topic("bob"), "audit": names.audit,
             "deadletter": names.deadletter, "control": names.control,
             "telemetry": names.telemetry, "quota-levels": names.quota_levels,
-            "deadletter-replays": names.deadletter_replays}
+            "deadletter-replays": names.deadletter_replays, "releases": names.releases}
 
 
 @pytest.fixture

@@ -63,6 +63,6 @@ def test_only_the_operator_reads_dead_letters_and_replays_them_to_the_request_to
     assert readers == {"User:operator"}
     grants = _grants(acls, "User:operator")
     writes = {name for op, kind, name in grants if op == "WRITE"}
-    assert writes == {NAMES.control, NAMES.deadletter_replays, "k-operator*",
+    assert writes == {NAMES.control, NAMES.releases, NAMES.deadletter_replays, "k-operator*",
                       *NAMES.all_requests()}
     assert not any(name.startswith("k.work.") for _, _, name in grants)
