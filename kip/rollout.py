@@ -80,8 +80,7 @@ def _start(args) -> int:
                              f"{current.revision}) is on: promote or roll back first")
         if not 0 < args.canary < 100:
             raise ValueError("--canary is a percent between 0 and 100")
-        stable = (max(current.routes, key=lambda r: r.weight).version if current
-                  else args.alias)
+        stable = current.stable.version if current else args.alias
         routes = [weighted(registry, trust, stable, 100 - args.canary),
                   weighted(registry, trust, args.version, args.canary)]
         return "start", routes, current.pins if current else {}

@@ -32,7 +32,8 @@ from models.registry import Registry
 from models.signing import configured_trust
 from pipeline.access import AccessConfig
 from pipeline.capacity import CapacityView
-from pipeline.control import ControlState, apply_telemetry
+from pipeline.control import ControlState, apply_telemetry, publish_control
+from pipeline.health import rollbacks
 from pipeline.releases import Releases
 from pipeline.decide import Context, Decision, Origin, decide, undecodable
 from pipeline.follower import TopicFollower
@@ -52,6 +53,7 @@ from topics.outputs import Record, records
 from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
 
 log = logging.getLogger("kip.pipeline")
+HEALTH_GATE_S = 2.0
 
 
 class PipelineState:
@@ -128,6 +130,7 @@ def create_app(settings: PipelineSettings) -> faust.App:
     app.transport.Consumer = TransactionalConsumer
     state = PipelineState(settings)
     app.task(_follow(state))
+    app.task(_health_gate(state))
     for priority in settings.classes:
         topic = app.topic(settings.names.requests(priority), key_serializer="raw",
                           value_serializer="raw")
@@ -157,6 +160,24 @@ def _follow(state: PipelineState):
     async def follow() -> None:
         await asyncio.gather(*(f.run() for f in state.followers))
     return follow
+
+
+def _health_gate(state: PipelineState):
+    """Every ``HEALTH_GATE_S``: a canary doing worse than its stable version is rolled
+    back (pipeline/health.py), the reason on the release record."""
+    settings = state.settings
+
+    async def gate() -> None:
+        await state.ready()
+        while True:
+            await asyncio.sleep(HEALTH_GATE_S)
+            for release in rollbacks(state.releases, state.capacity, settings.health_gate,
+                                     now_ms()):
+                log.warning("rolling back %s: %s", release.alias, release.reason)
+                await publish_control(settings.kafka, settings.names.releases, release.alias,
+                                      release.model_dump_json().encode())
+                state.releases.apply(release.alias.encode(), release.model_dump_json().encode())
+    return gate
 
 
 def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):

@@ -33,7 +33,7 @@ class CapacityView:
         if telemetry is None:
             self.workers.pop(worker_id, None)
             return True
-        if now_ms is not None and not _live(telemetry, now_ms):
+        if now_ms is not None and not live(telemetry, now_ms):
             return False
         self.workers[worker_id] = telemetry
         self._sent.pop(telemetry.model, None)   # its backlog now includes what we sent
@@ -44,15 +44,15 @@ class CapacityView:
 
     def estimate_wait_ms(self, model: str, priority: Priority, now_ms: int) -> float | None:
         """Milliseconds a new request would wait; ``None`` when nothing is known yet."""
-        live = [t for t in self.workers.values() if t.model == model and _live(t, now_ms)]
-        rate = sum(t.requests_per_s for t in live)
-        if not live or rate <= 0:
+        serving = [t for t in self.workers.values() if t.model == model and live(t, now_ms)]
+        rate = sum(t.requests_per_s for t in serving)
+        if not serving or rate <= 0:
             return None
         classes = Priority(priority).and_above()
-        ahead = sum(t.backlog.get(c, 0) for t in live for c in classes)
+        ahead = sum(t.backlog.get(c, 0) for t in serving for c in classes)
         ahead += sum(self._sent[model][c] for c in classes)
         return ahead / rate * 1000
 
 
-def _live(telemetry: WorkerTelemetry, now_ms: int) -> bool:
+def live(telemetry: WorkerTelemetry, now_ms: int) -> bool:
     return -FUTURE_SKEW_MS <= now_ms - telemetry.at_ms < STALE_AFTER_MS

@@ -35,7 +35,8 @@ class Release(BaseModel):
     alias: str = Field(pattern=ALIAS)
     revision: int = Field(ge=1)
     action: Literal["start", "promote", "rollback", "health-rollback"]
-    routes: list[WeightedVersion] = Field(min_length=1)
+    routes: list[WeightedVersion] = Field(min_length=1, max_length=2, description=(
+        "the stable version first; a second is the canary"))
     pins: dict[str, str] = Field(default_factory=dict, description="tenant -> name@version")
     by: str = Field(max_length=200)
     at_ms: int
@@ -62,9 +63,14 @@ class Release(BaseModel):
         return self.routes[-1]
 
     @property
+    def stable(self) -> WeightedVersion:
+        """The first route: the version a split started from."""
+        return self.routes[0]
+
+    @property
     def canary(self) -> WeightedVersion | None:
-        """The version taking the smaller share, while a split is on."""
-        return min(self.routes, key=lambda r: r.weight) if len(self.routes) > 1 else None
+        """The second route, while a split is on."""
+        return self.routes[1] if len(self.routes) > 1 else None
 
 
 def bucket_of(request_id: str) -> int:

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from pipeline.access import DEFAULT_REPLAY_WINDOW_MS
 from pipeline.admission import AdmissionPolicy
+from pipeline.health import HealthLimits
 from runtime.settings import KipSettings
 from schemas.messages import PRIORITIES, Priority
 
@@ -43,6 +44,10 @@ class PipelineSettings(KipSettings):
                       "this much (e.g. 19 for a standard/batch pipeline sharing a "
                       "host with workers)")
 
+    health_gate: HealthLimits = Field(
+        HealthLimits(), description="when a canary is rolled back by itself: failure rate "
+        "and p99 inference ratio against the stable version, after a least number of "
+        "requests (JSON)")
     session_timeout_ms: int = Field(
         10_000, description="consumer-group session timeout: how soon a dead pipeline "
         "process's partitions move to another")

@@ -212,6 +212,14 @@ MAX_REQUESTS_PER_S = 1e6
 MAX_BACKLOG = 10**9
 
 
+class VersionHealth(Message):
+    """How one model version's inferences went over a worker's health window."""
+
+    requests: int = Field(ge=0, le=MAX_BACKLOG, description="that ran inference or failed it")
+    failed: int = Field(ge=0, le=MAX_BACKLOG, description="ended INFERENCE_FAILED")
+    p99_inference_ms: float | None = Field(None, ge=0, le=MAX_MS)
+
+
 class WorkerTelemetry(Message):
     """What a worker reports on ``kip.telemetry`` every second (key: worker id)."""
 
@@ -225,6 +233,9 @@ class WorkerTelemetry(Message):
     backlog: dict[Priority, Annotated[int, Field(ge=0, le=MAX_BACKLOG)]] = Field(
         description="requests waiting per class")
     memory_rss_bytes: int = Field(ge=0)
+    health: dict[str, VersionHealth] = Field(default_factory=dict, max_length=64, description=(
+        "per version (its version id) run in the last health window: for the release "
+        "health gate (pipeline/health.py)"))
     at_ms: int = Field(ge=0, le=MAX_MS)
 
 

@@ -6,7 +6,7 @@ Principals (``User:<name>``: a SCRAM user, or the CN of an mTLS client certifica
 | role | principal | may |
 |---|---|---|
 | a tenant's producer | ``tenant-<tenant>`` | write the request topics of its classes; read its own reply topics (``<results>.<tenant>`` and ``<results>.<tenant>.*``) |
-| the pipeline | ``pipeline`` | read requests, control, telemetry, releases; write work, results, audit, dead letters; read and write quota levels; its groups, internal topics and transactional ids (``<prefix>-pipeline*``) |
+| the pipeline | ``pipeline`` | read requests, control, telemetry; read releases and write health rollbacks; write work, results, audit, dead letters; read and write quota levels; its groups, internal topics and transactional ids (``<prefix>-pipeline*``) |
 | a model's workers | ``worker-<model>`` | read that model's work topics in its groups; write results, audit, dead letters, telemetry; its transactional ids (``<prefix>.workers.<model>.*``) |
 | the operator | ``operator`` | read and write control and releases; read dead letters; replay them (write the request topics and the replay record, its transactional id ``<prefix>-operator*``) |
 | an audit reader | ``audit-reader`` | read audit and releases; describe kip's groups and the topics they read (the audit chains' heads) |
@@ -112,8 +112,9 @@ PREFIXED = Pattern.PREFIXED
 def _pipeline(names: TopicNames) -> set[Acl]:
     p, own = PIPELINE, names.pipeline_group()
     acls = set()
-    for topic in names.all_requests() + [names.control, names.telemetry, names.releases]:
+    for topic in names.all_requests() + [names.control, names.telemetry]:
         acls |= _grant(p, TOPIC, topic, (R, D))
+    acls |= _grant(p, TOPIC, names.releases, (R, W, D))   # health rollbacks
     for topic in (names.audit, names.deadletter):
         acls |= _grant(p, TOPIC, topic, (W, D))
     for topic in [names.quota_levels] + [names.admitted(c) for c in PRIORITIES]:

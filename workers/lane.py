@@ -31,6 +31,7 @@ from schemas.messages import AuditRecord, InferenceResult
 from topics.catalogue import MAX_MESSAGE_BYTES
 from topics.outputs import Output, Sealing, records
 from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
+from workers.health import HEALTH
 from workers.batching import group_by
 from workers.settings import WorkerSettings
 
@@ -134,6 +135,7 @@ def _observe(outputs: list[Output], model: str) -> None:
             metrics.count_outcome("worker", output.message, model)
         elif isinstance(output.message, InferenceResult):
             metrics.observe_latency(output.message, model)
+            HEALTH.observe(output.message)
 
 
 def _lower_thread_priority() -> None:

@@ -31,6 +31,8 @@ class WorkerSettings(KipSettings):
     max_class_wait_ms: float = Field(
         2_000, description="aging: longest a lower class waits while higher ones have backlog")
     telemetry_interval_s: float = Field(1.0, description="how often capacity is reported")
+    health_window_s: float = Field(30.0, gt=0, description="the window each version's "
+                                   "failures and p99 inference time are reported over")
     intra_op_threads: int = Field(
         0, description="ONNX Runtime threads per inference; 0 = one per core")
     intra_op_spinning: bool = Field(

@@ -8,6 +8,7 @@ import socket
 import time
 
 from schemas.messages import Priority, WorkerTelemetry
+from workers.health import HEALTH
 
 
 def worker_id(model: str) -> str:
@@ -64,4 +65,5 @@ def report(wid: str, model: str, versions: list[str], provider: str, throughput:
            backlog: dict[Priority, int], now_ms: int) -> WorkerTelemetry:
     return WorkerTelemetry(worker_id=wid, model=model, versions=versions, provider=provider,
                            requests_per_s=throughput.requests_per_s, backlog=backlog,
-                           memory_rss_bytes=rss_bytes(), at_ms=now_ms)
+                           memory_rss_bytes=rss_bytes(), health=HEALTH.snapshot(),
+                           at_ms=now_ms)

@@ -26,6 +26,7 @@ from schemas.codec import encode, headers, now_ms
 from schemas.messages import PRIORITIES, Priority
 from workers.answers import Answering, answer
 from workers.batching import by_class, next_batch
+from workers.health import HEALTH
 from workers.lane import Lane, open_lane
 from workers.outcome import ran_inference
 from workers.pace import Pace
@@ -42,6 +43,7 @@ class Worker:
         self.served = registry.resolve(settings.model).manifest
         self.model = self.served.name
         self.pace = Pace(settings.background_call_ms)
+        HEALTH.window_s = settings.health_window_s
         self.sessions = Sessions(registry, settings.device, settings.intra_op_threads,
                                  settings.assume_gpu, settings.intra_op_spinning,
                                  configured_trust(settings))

@@ -29,7 +29,7 @@ ALLOWED = {
     "tenant-acme": {"requests": {W}, "reply:acme": {R}},
     "pipeline": {"requests": {R}, "work": {W}, "results": {W}, "reply:acme": {W},
                  "reply:bob": {W}, "audit": {W}, "deadletter": {W}, "control": {R},
-                 "releases": {R},
+                 "releases": {R, W},
                  "telemetry": {R}, "quota-levels": {R, W}},
     "worker-digits": {"work": {R}, "results": {W}, "reply:acme": {W}, "reply:bob": {W},
                       "audit": {W}, "deadletter": {W}, "telemetry": {W}},
