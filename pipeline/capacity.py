@@ -39,6 +39,14 @@ class CapacityView:
         self._sent.pop(telemetry.model, None)   # its backlog now includes what we sent
         return True
 
+    def refusal(self, model: str, version: str, now_ms: int) -> str | None:
+        """Why ``model@version`` cannot run, where every live worker of the model has
+        refused to load it (over its memory budget); None otherwise."""
+        serving = [t for t in self.workers.values() if t.model == model and live(t, now_ms)]
+        if serving and all(version in t.refused for t in serving):
+            return serving[0].refused[version]
+        return None
+
     def forwarded(self, model: str, priority: Priority) -> None:
         self._sent[model][priority] += 1
 

@@ -34,7 +34,8 @@ from pipeline.routing import Router
 from schemas.codec import MODEL_HEADER, REQUEST_ID_HEADER, decode
 from schemas.deadletter import fallback_request_id, valid_id, valid_model
 from schemas.errors import (DuplicateRequest, Forbidden, InvalidRequest, KipError,
-                            ModelNotFound, Overloaded, PayloadTooLarge, Unauthenticated)
+                            ModelNotFound, ModelUnavailable, Overloaded, PayloadTooLarge,
+                            Unauthenticated)
 from schemas.messages import (AuditRecord, DeadLetterRecord, InferenceRequest,
                               InferenceResult, Priority, Route, Status, Timings, WorkItem)
 from schemas.outcomes import Coordinates, audit_record, error_info, status_of
@@ -159,6 +160,7 @@ def admit(message: Message, ctx: Context) -> tuple[Route, int]:
     manifest.check_inputs(request.inputs)
     check_request_limits(request, manifest, size, ctx.policy)
     check_served(route.model_name, request.priority, ctx)
+    check_loadable(route, ctx)
     route = within_capacity(request, route, deadline_ms, ctx)
     ctx.ledger.take(request.tenant, route.model_name, size, ctx.now_ms)
     return route, deadline_ms
@@ -190,6 +192,13 @@ def within_capacity(request: InferenceRequest, route: Route, deadline_ms: int,
                                                  ctx.now_ms)
         check_wait(estimate, request.priority, deadline_ms, ctx.now_ms, ctx.policy)
         return fallback.model_copy(update={"fallback_from": route.model_name})
+
+
+def check_loadable(route: Route, ctx: Context) -> None:
+    """A version every worker of its model refused to load is not sent to them."""
+    why = ctx.capacity.refusal(route.model_name, route.model_version, ctx.now_ms)
+    if why is not None:
+        raise ModelUnavailable(f"no worker of {route.model_name} can load it: {why}")
 
 
 def check_served(model: str, priority: Priority, ctx: Context) -> None:

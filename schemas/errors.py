@@ -66,6 +66,13 @@ class ModelUnverified(KipError):
         self.reason = reason if reason in self.REASONS else "digest"
 
 
+class ModelUnavailable(KipError):
+    """No worker of the model can load this version: its memory estimate does not fit the
+    workers' memory budget. The request was not run."""
+
+    code = "MODEL_UNAVAILABLE"
+
+
 class DeadlineExceeded(KipError):
     """The request's deadline passed before it could be served."""
 
@@ -108,7 +115,7 @@ class Internal(KipError):
 _BY_CODE: dict[str, type[KipError]] = {
     cls.code: cls
     for cls in (InvalidRequest, Unauthenticated, Forbidden, DuplicateRequest, ModelNotFound,
-                ModelUnverified, DeadlineExceeded, PayloadTooLarge, QuotaExceeded, Overloaded, InferenceFailed,
+                ModelUnverified, ModelUnavailable, DeadlineExceeded, PayloadTooLarge, QuotaExceeded, Overloaded, InferenceFailed,
                 Internal)
 }
 

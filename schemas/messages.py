@@ -236,6 +236,9 @@ class WorkerTelemetry(Message):
     health: dict[str, VersionHealth] = Field(default_factory=dict, max_length=64, description=(
         "per version (its version id) run in the last health window: for the release "
         "health gate (pipeline/health.py)"))
+    refused: dict[str, Annotated[str, Field(max_length=500)]] = Field(
+        default_factory=dict, max_length=64, description=(
+            "versions this worker will not load (over its memory budget), with why"))
     at_ms: int = Field(ge=0, le=MAX_MS)
 
 

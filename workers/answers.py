@@ -23,7 +23,8 @@ from workers.batching import ChunkRun, group_by, run_group
 from workers.checks import check_addressed, check_inputs
 from workers.outcome import Stamps, poisoned, terminal_outputs, undecodable
 from workers.pace import Pace
-from workers.session import ModelSession, Sessions
+from workers.session import ModelSession
+from workers.sessions import Sessions
 
 log = logging.getLogger("kip.worker")
 Pair = tuple[ConsumerRecord, WorkItem]

@@ -5,24 +5,19 @@ tokenizes text where the manifest says so, runs the session once, checks the out
 (row count, finite values) and splits them back per request. It is synchronous: the
 worker calls it in an executor so the event loop (and Kafka heartbeats) keep running.
 
-``Sessions`` holds the versions a worker has loaded: each is loaded once, after its
-files are re-hashed against the manifest, in an executor thread.
+``Sessions`` (workers/sessions.py) holds the versions a worker has loaded.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from concurrent.futures import Executor
 from pathlib import Path
 
 import numpy as np
 
 from models.preprocess import encode_texts
-from models.registry import LoadedVersion, Registry
-from models.signing import ModelTrust
-from runtime import metrics
-from schemas.errors import InferenceFailed, ModelUnverified
+from models.registry import LoadedVersion
+from schemas.errors import InferenceFailed
 from schemas.tensors import Tensor
 from workers import cuda
 
@@ -135,45 +130,3 @@ def _check(outputs: list[np.ndarray], names: list[str], rows: int) -> None:
         if out.dtype.kind == "f" and not np.isfinite(out).all():
             raise InferenceFailed(f"output '{name}' holds NaN or infinity")
 
-
-class Sessions:
-    """The model versions one worker has loaded, by ``name@version``."""
-
-    def __init__(self, registry: Registry, device: str = "auto", intra_op_threads: int = 0,
-                 assume_gpu: bool = False, spinning: bool = False,
-                 trust: ModelTrust = ModelTrust()) -> None:
-        self.registry = registry
-        self.trust = trust
-        self.options = (device, intra_op_threads, assume_gpu, spinning)
-        self.loaded: dict[str, ModelSession] = {}
-        self._loading = asyncio.Lock()
-
-    async def get(self, name: str, version: str, executor: Executor) -> ModelSession:
-        """The session of ``name@version``, verified and loaded on first use in
-        ``executor`` (hashing and loading take time); raises the registry's ``KipError``
-        for a version it refuses."""
-        key = f"{name}@{version}"
-        async with self._loading:   # both lanes may ask for a new version at once
-            if key not in self.loaded:
-                self.loaded[key] = await self._load(name, version, executor)
-        return self.loaded[key]
-
-    async def _load(self, name: str, version: str, executor: Executor) -> ModelSession:
-        loop = asyncio.get_running_loop()
-        try:
-            loaded = await loop.run_in_executor(executor, self.registry.load, name, version,
-                                                self.trust)
-        except ModelUnverified as err:
-            metrics.count_model_refused("worker", name, err)
-            log.error("worker refuses %s@%s: %s", name, version, err.message)
-            raise
-        session = await loop.run_in_executor(executor, ModelSession, loaded, *self.options)
-        metrics.MODELS_LOADED.labels(name, version, session.provider).set(1)
-        signer = loaded.signature.key_id if loaded.signature else "nobody (not required)"
-        log.warning("worker serves %s@%s on %s, signed by %s", name, version,
-                    session.provider, signer)
-        return session
-
-    @property
-    def max_batch(self) -> int:
-        return max(s.manifest.max_batch for s in self.loaded.values())

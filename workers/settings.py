@@ -31,6 +31,11 @@ class WorkerSettings(KipSettings):
     max_class_wait_ms: float = Field(
         2_000, description="aging: longest a lower class waits while higher ones have backlog")
     telemetry_interval_s: float = Field(1.0, description="how often capacity is reported")
+    memory_budget_bytes: int = Field(0, ge=0, description="host memory the loaded versions' "
+                                     "estimates may add up to; a version that does not fit "
+                                     "is refused MODEL_UNAVAILABLE (0: no budget)")
+    unload_after_s: float = Field(300.0, gt=0, description="a loaded version unused this "
+                                  "long is unloaded (not the one the worker started with)")
     health_window_s: float = Field(30.0, gt=0, description="the window each version's "
                                    "failures and p99 inference time are reported over")
     intra_op_threads: int = Field(

@@ -31,7 +31,7 @@ from workers.lane import Lane, open_lane
 from workers.outcome import ran_inference
 from workers.pace import Pace
 from workers.priority import Prioritizer, backlog_by_class
-from workers.session import Sessions
+from workers.sessions import Sessions
 from workers.settings import WorkerSettings
 from workers.telemetry import Throughput, report, worker_id
 
@@ -46,7 +46,7 @@ class Worker:
         HEALTH.window_s = settings.health_window_s
         self.sessions = Sessions(registry, settings.device, settings.intra_op_threads,
                                  settings.assume_gpu, settings.intra_op_spinning,
-                                 configured_trust(settings))
+                                 configured_trust(settings), settings.memory_budget_bytes)
         self.stamp_keys = settings.stamp_keys()
         self.sealing = settings.sealing()
         self.topic_class = {settings.names.work(self.model, p): p for p in PRIORITIES}
@@ -155,15 +155,18 @@ class Worker:
         return inferred
 
     async def _report(self) -> None:
-        """Telemetry every ``telemetry_interval_s``: capacity, backlog, memory."""
+        """Telemetry every ``telemetry_interval_s``: capacity, backlog, memory, versions
+        refused; and versions unused for ``unload_after_s`` unloaded."""
+        keep = {f"{self.model}@{self.served.version}"}
         while True:
+            self.sessions.unload_idle(self.settings.unload_after_s, keep)
             sessions = list(self.sessions.loaded.values())
             backlog: dict[Priority, int] = {}
             for lane in self.lanes:
                 backlog |= await backlog_by_class(lane.consumer, self.topic_class)
             message = report(self.id, self.model, [s.manifest.version for s in sessions],
                              sessions[0].provider if sessions else "", self.throughput,
-                             backlog, now_ms())
+                             backlog, now_ms(), self.sessions.refused)
             await self.producer.send_and_wait(self.settings.names.telemetry, encode(message),
                                               key=self.id.encode(), headers=headers(message))
             await asyncio.sleep(self.settings.telemetry_interval_s)

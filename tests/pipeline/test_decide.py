@@ -195,3 +195,17 @@ def test_an_unusable_fallback_leaves_the_request_overloaded(ctx):
     ctx.capacity.update("w", _telemetry("digits", 100, 300))
     request = signer().request("digits", PIXELS, priority="interactive", issued_at_ms=NOW_MS)
     _rejected(decide(_payload(request), _origin("interactive"), ctx), "OVERLOADED")
+
+
+def test_a_version_every_worker_refused_to_load_is_not_routed_to(ctx, small_registry):
+    version = small_registry.resolve("digits").manifest.version
+    refusing = _telemetry("digits", 100, 0).model_copy(update={
+        "refused": {version: f"digits@{version} needs an estimated 8 MiB; budget 4 MiB"}})
+    ctx.capacity.update("w", refusing)
+    request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
+    d = _rejected(decide(_payload(request), _origin(), ctx), "MODEL_UNAVAILABLE")
+    assert "no worker of digits can load it: digits@" in d.result.error.message
+    ctx.capacity.update("w2", _telemetry("digits", 100, 0).model_copy(
+        update={"worker_id": "w2"}))   # one worker that can: routed
+    again = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
+    assert isinstance(decide(_payload(again), _origin(), ctx), Forward)

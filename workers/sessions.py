@@ -1,0 +1,117 @@
+"""The model versions one worker has loaded, by ``name@version``.
+
+- **Loading**: once per version, in an executor thread, from the bytes ``Registry.load``
+  checked (files against the manifest, the manifest's signature).
+- **Memory budget** (``KIP_MEMORY_BUDGET_BYTES``): a version whose memory estimate
+  (``memory_estimate_bytes``), added to those loaded, does not fit is refused with
+  MODEL_UNAVAILABLE, remembered, and reported in telemetry, so admission stops routing
+  to it; the worker goes on serving the others instead of running out of memory.
+- **Unloading**: a version no request has used for ``unload_after_s`` (other than the
+  one the worker started with) is dropped; its session goes once a batch still running
+  on it is done, and glibc is asked to give the freed memory back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import gc
+import logging
+import time
+from concurrent.futures import Executor
+
+from models.registry import Registry
+from models.signing import ModelTrust
+from runtime import metrics
+from schemas.errors import ModelUnavailable, ModelUnverified
+from workers.session import ModelSession
+
+log = logging.getLogger("kip.worker")
+MIB = 1024 * 1024
+
+
+class Sessions:
+    def __init__(self, registry: Registry, device: str = "auto", intra_op_threads: int = 0,
+                 assume_gpu: bool = False, spinning: bool = False,
+                 trust: ModelTrust = ModelTrust(), budget_bytes: int = 0) -> None:
+        self.registry = registry
+        self.trust = trust
+        self.budget_bytes = budget_bytes
+        self.options = (device, intra_op_threads, assume_gpu, spinning)
+        self.loaded: dict[str, ModelSession] = {}
+        self.refused: dict[str, ModelUnavailable] = {}
+        self.last_used: dict[str, float] = {}
+        self._loading = asyncio.Lock()
+
+    async def get(self, name: str, version: str, executor: Executor) -> ModelSession:
+        """The session of ``name@version``, verified and loaded on first use in
+        ``executor`` (hashing and loading take time); raises the registry's ``KipError``
+        for a version it refuses, or ``ModelUnavailable`` for one over the budget."""
+        key = f"{name}@{version}"
+        self.last_used[key] = time.monotonic()
+        if key in self.refused:
+            raise self.refused[key]
+        async with self._loading:   # both lanes may ask for a new version at once
+            if key not in self.loaded:
+                self._check_budget(name, version)
+                self.loaded[key] = await self._load(name, version, executor)
+        return self.loaded[key]
+
+    def _check_budget(self, name: str, version: str) -> None:
+        if not self.budget_bytes:
+            return
+        needed = self.registry.get(name, version).manifest.memory_estimate_bytes
+        in_use = sum(s.manifest.memory_estimate_bytes for s in self.loaded.values())
+        if in_use + needed > self.budget_bytes:
+            err = ModelUnavailable(
+                f"{name}@{version} needs an estimated {needed / MIB:.0f} MiB; this worker's "
+                f"budget is {self.budget_bytes / MIB:.0f} MiB, {in_use / MIB:.0f} MiB of it "
+                f"taken by {', '.join(self.loaded) or 'nothing'}: refused")
+            self.refused[f"{name}@{version}"] = err
+            log.error("worker refuses %s", err.message)
+            raise err
+
+    async def _load(self, name: str, version: str, executor: Executor) -> ModelSession:
+        loop = asyncio.get_running_loop()
+        try:
+            loaded = await loop.run_in_executor(executor, self.registry.load, name, version,
+                                                self.trust)
+        except ModelUnverified as err:
+            metrics.count_model_refused("worker", name, err)
+            log.error("worker refuses %s@%s: %s", name, version, err.message)
+            raise
+        session = await loop.run_in_executor(executor, ModelSession, loaded, *self.options)
+        metrics.MODELS_LOADED.labels(name, version, session.provider).set(1)
+        signer = loaded.signature.key_id if loaded.signature else "nobody (not required)"
+        log.warning("worker serves %s@%s on %s, signed by %s", name, version,
+                    session.provider, signer)
+        return session
+
+    def unload_idle(self, grace_s: float, keep: set[str], now: float | None = None
+                    ) -> list[str]:
+        """Drop the versions unused for ``grace_s`` (but those in ``keep``)."""
+        now = time.monotonic() if now is None else now
+        idle = [key for key in self.loaded
+                if key not in keep and now - self.last_used.get(key, now) >= grace_s]
+        for key in idle:
+            session = self.loaded.pop(key)
+            metrics.MODELS_LOADED.labels(*key.split("@"), session.provider).set(0)
+            log.warning("worker unloads %s: unused for %.0f s", key, grace_s)
+        if idle:
+            del session
+            gc.collect()
+            _give_memory_back()
+        return idle
+
+    @property
+    def max_batch(self) -> int:
+        return max(s.manifest.max_batch for s in self.loaded.values())
+
+
+def _give_memory_back() -> None:
+    """glibc's malloc_trim: free heap pages go back to the system (no-op elsewhere)."""
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):
+        pass
