@@ -5,7 +5,7 @@
     kip rollout promote digits
     kip rollout rollback digits --reason "p99 doubled"
 
-Each command writes one ``Release`` (pipeline/releases.py) to the releases topic; the
+Each command writes one ``Release`` (schemas/releases.py) to the releases topic; the
 pipeline routes by the latest within a second or two. A version is released only if it
 verifies here as a worker would check it (its files against the manifest, and the
 manifest's signature where ``KIP_REQUIRE_SIGNED_MODELS`` is on). ``rollback`` goes back,
@@ -52,7 +52,7 @@ def _context():
 
 async def history(kafka, names, alias: str) -> list:
     """Every release of ``alias``, oldest first."""
-    from pipeline.releases import Release
+    from schemas.releases import Release
     from topics.reading import records_since
 
     found = [Release.model_validate_json(r.value) async for r in
@@ -63,7 +63,7 @@ async def history(kafka, names, alias: str) -> list:
 
 def weighted(registry, trust, target: str, weight: float):
     """``target``'s version with ``weight``, once it verifies as a worker would check it."""
-    from pipeline.releases import WeightedVersion
+    from schemas.releases import WeightedVersion
 
     m = registry.resolve(target).manifest
     registry.load(m.name, m.version, trust)   # ModelUnverified: not released
@@ -113,7 +113,7 @@ def _rollback(args) -> int:
 def _release(settings, args, change) -> int:
     """Read the alias's history, make the next revision with ``change``, publish it."""
     from pipeline.control import publish_control
-    from pipeline.releases import Release
+    from schemas.releases import Release
     from schemas.codec import now_ms
 
     past = asyncio.run(history(settings.kafka, settings.names, args.alias))

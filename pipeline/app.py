@@ -34,7 +34,7 @@ from pipeline.access import AccessConfig
 from pipeline.capacity import CapacityView
 from pipeline.control import ControlState, apply_telemetry, publish_control
 from pipeline.health import rollbacks
-from pipeline.releases import Releases
+from schemas.releases import Releases
 from pipeline.decide import Context, Decision, Origin, decide, undecodable
 from pipeline.follower import TopicFollower
 from pipeline.known_topics import KnownTopics

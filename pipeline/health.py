@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.capacity import CapacityView, live
-from pipeline.releases import Release, Releases, WeightedVersion
+from schemas.releases import Release, Releases, WeightedVersion
 from schemas.messages import VersionHealth
 
 GATE = "pipeline health gate"

@@ -11,7 +11,7 @@ import time
 from models.manifest import Manifest
 from models.registry import Registry
 from models.signing import ModelTrust, signatures
-from pipeline.releases import Releases
+from schemas.releases import Releases
 from runtime import metrics
 from schemas.errors import ModelNotFound, ModelUnverified
 from schemas.messages import Route

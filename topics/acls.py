@@ -7,7 +7,7 @@ Principals (``User:<name>``: a SCRAM user, or the CN of an mTLS client certifica
 |---|---|---|
 | a tenant's producer | ``tenant-<tenant>`` | write the request topics of its classes; read its own reply topics (``<results>.<tenant>`` and ``<results>.<tenant>.*``) |
 | the pipeline | ``pipeline`` | read requests, control, telemetry; read releases and write health rollbacks; write work, results, audit, dead letters; read and write quota levels; its groups, internal topics and transactional ids (``<prefix>-pipeline*``) |
-| a model's workers | ``worker-<model>`` | read that model's work topics in its groups; write results, audit, dead letters, telemetry; its transactional ids (``<prefix>.workers.<model>.*``) |
+| a model's workers | ``worker-<model>`` | read that model's work topics in its groups, and releases; write results, audit, dead letters, telemetry; its transactional ids (``<prefix>.workers.<model>.*``) |
 | the operator | ``operator`` | read and write control and releases; read dead letters; replay them (write the request topics and the replay record, its transactional id ``<prefix>-operator*``) |
 | an audit reader | ``audit-reader`` | read audit and releases; describe kip's groups and the topics they read (the audit chains' heads) |
 
@@ -136,6 +136,7 @@ def _worker(names: TopicNames, model: str) -> set[Acl]:
         acls |= _grant(w, GROUP, names.worker_group(model, lane), (R, D))
     for topic in (names.audit, names.deadletter, names.telemetry):
         acls |= _grant(w, TOPIC, topic, (W, D))
+    acls |= _grant(w, TOPIC, names.releases, (R, D))   # to load released versions ahead
     acls |= _grant(w, TOPIC, names.results, (W, D), PREFIXED)
     acls |= _grant(w, TXN, names.worker_group(model) + ".", (W, D), PREFIXED)
     return acls

@@ -61,7 +61,7 @@ class TopicNames:
 
     @property
     def releases(self) -> str:
-        """Every release of every alias (pipeline/releases.py): the release record."""
+        """Every release of every alias (schemas/releases.py): the release record."""
         return f"{self.prefix}.releases"
 
     @property

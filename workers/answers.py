@@ -116,7 +116,7 @@ def _trusted(record: ConsumerRecord, pulled_ms: float, how: Answering) -> WorkIt
 async def _answer_version(version: str, group: list[Pair], pulled_ms: float,
                           how: Answering) -> Answers:
     try:
-        session = await how.sessions.get(how.model, version, how.executor)
+        session = await how.sessions.get(how.model, version)
     except Exception as exc:   # a version that cannot load ends its requests, not the worker
         err = exc if isinstance(exc, KipError) else Internal(f"loading {version}: {exc!r}")
         return {id(r): terminal_outputs(i, Stamps(pulled_ms), how.names, error=err)

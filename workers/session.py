@@ -18,7 +18,7 @@ import numpy as np
 from models.preprocess import encode_texts
 from models.registry import LoadedVersion
 from schemas.errors import InferenceFailed
-from schemas.tensors import Tensor
+from schemas.tensors import NUMPY_DTYPES, Tensor
 from workers import cuda
 
 log = logging.getLogger("kip.worker")
@@ -80,6 +80,15 @@ class ModelSession:
         self.tokenizer = self._load_tokenizer()
         self.output_names = [o.name for o in self.manifest.outputs]
         log.info("loaded %s@%s on %s", self.manifest.name, self.manifest.version, self.provider)
+
+    def warm_up(self) -> None:
+        """One inference on a row of zeros (or one short text) per input: ONNX Runtime
+        sizes its buffers on a first run, which should not be a request's."""
+        inputs = [Tensor.text(spec.name, ["warm-up"]) if spec.datatype == "BYTES" else
+                  Tensor.from_array(spec.name, np.zeros([1 if d < 0 else d for d in spec.shape],
+                                                        NUMPY_DTYPES[spec.datatype]))
+                  for spec in self.manifest.inputs]
+        self.run([inputs])
 
     def _load_tokenizer(self):
         pre = self.manifest.preprocessing

@@ -1,7 +1,9 @@
 """The model versions one worker has loaded, by ``name@version``.
 
-- **Loading**: once per version, in an executor thread, from the bytes ``Registry.load``
-  checked (files against the manifest, the manifest's signature).
+- **Loading**: once per version, in a loader thread of its own (never a lane's: an
+  interactive batch never waits behind another version's load), from the bytes
+  ``Registry.load`` checked (files against the manifest, the manifest's signature), and
+  warmed up with one inference before any request runs on it.
 - **Memory budget** (``KIP_MEMORY_BUDGET_BYTES``): a version whose memory estimate
   (``memory_estimate_bytes``), added to those loaded, does not fit is refused with
   MODEL_UNAVAILABLE, remembered, and reported in telemetry, so admission stops routing
@@ -19,7 +21,7 @@ import ctypes.util
 import gc
 import logging
 import time
-from concurrent.futures import Executor
+from concurrent.futures import ThreadPoolExecutor
 
 from models.registry import Registry
 from models.signing import ModelTrust
@@ -36,6 +38,7 @@ class Sessions:
                  assume_gpu: bool = False, spinning: bool = False,
                  trust: ModelTrust = ModelTrust(), budget_bytes: int = 0) -> None:
         self.registry = registry
+        self.loader = ThreadPoolExecutor(1, thread_name_prefix="kip-load")
         self.trust = trust
         self.budget_bytes = budget_bytes
         self.options = (device, intra_op_threads, assume_gpu, spinning)
@@ -44,18 +47,21 @@ class Sessions:
         self.last_used: dict[str, float] = {}
         self._loading = asyncio.Lock()
 
-    async def get(self, name: str, version: str, executor: Executor) -> ModelSession:
-        """The session of ``name@version``, verified and loaded on first use in
-        ``executor`` (hashing and loading take time); raises the registry's ``KipError``
-        for a version it refuses, or ``ModelUnavailable`` for one over the budget."""
+    async def get(self, name: str, version: str) -> ModelSession:
+        """The session of ``name@version``, verified, loaded and warmed up on first use
+        (or ahead of it: workers/preload.py); raises the registry's ``KipError`` for a
+        version it refuses, or ``ModelUnavailable`` for one over the budget."""
         key = f"{name}@{version}"
         self.last_used[key] = time.monotonic()
+        session = self.loaded.get(key)
+        if session is not None:   # never wait on the lock while another version loads
+            return session
         if key in self.refused:
             raise self.refused[key]
         async with self._loading:   # both lanes may ask for a new version at once
             if key not in self.loaded:
                 self._check_budget(name, version)
-                self.loaded[key] = await self._load(name, version, executor)
+                self.loaded[key] = await self._load(name, version)
         return self.loaded[key]
 
     def _check_budget(self, name: str, version: str) -> None:
@@ -72,16 +78,17 @@ class Sessions:
             log.error("worker refuses %s", err.message)
             raise err
 
-    async def _load(self, name: str, version: str, executor: Executor) -> ModelSession:
+    async def _load(self, name: str, version: str) -> ModelSession:
         loop = asyncio.get_running_loop()
         try:
-            loaded = await loop.run_in_executor(executor, self.registry.load, name, version,
-                                                self.trust)
+            loaded = await loop.run_in_executor(self.loader, self.registry.load, name,
+                                                version, self.trust)
         except ModelUnverified as err:
             metrics.count_model_refused("worker", name, err)
             log.error("worker refuses %s@%s: %s", name, version, err.message)
             raise
-        session = await loop.run_in_executor(executor, ModelSession, loaded, *self.options)
+        session = await loop.run_in_executor(self.loader, ModelSession, loaded, *self.options)
+        await loop.run_in_executor(self.loader, session.warm_up)
         metrics.MODELS_LOADED.labels(name, version, session.provider).set(1)
         signer = loaded.signature.key_id if loaded.signature else "nobody (not required)"
         log.warning("worker serves %s@%s on %s, signed by %s", name, version,
@@ -103,6 +110,9 @@ class Sessions:
             gc.collect()
             _give_memory_back()
         return idle
+
+    def close(self) -> None:
+        self.loader.shutdown(wait=True)
 
     @property
     def max_batch(self) -> int:

@@ -30,6 +30,7 @@ from workers.health import HEALTH
 from workers.lane import Lane, open_lane
 from workers.outcome import ran_inference
 from workers.pace import Pace
+from workers.preload import preload
 from workers.priority import Prioritizer, backlog_by_class
 from workers.sessions import Sessions
 from workers.settings import WorkerSettings
@@ -64,7 +65,7 @@ class Worker:
                                 [work[Priority.INTERACTIVE]], self.sealing),
                       open_lane(self.settings, self.model, "",
                                 [work[Priority.STANDARD], work[Priority.BATCH]], self.sealing)]
-        await self.sessions.get(self.model, self.served.version, self.lanes[0].executor)
+        await self.sessions.get(self.model, self.served.version)
         self.producer = self.settings.kafka.producer(client_id=f"kip-worker-{self.model}")
         await self.producer.start()
         for lane in self.lanes:
@@ -76,7 +77,9 @@ class Worker:
             asyncio.create_task(self._loop(urgent), name=f"kip-worker-{self.model}-interactive"),
             asyncio.create_task(self._loop(background, prioritizer),
                                 name=f"kip-worker-{self.model}-background"),
-            asyncio.create_task(self._report(), name=f"kip-telemetry-{self.model}")]
+            asyncio.create_task(self._report(), name=f"kip-telemetry-{self.model}"),
+            asyncio.create_task(preload(self.settings.kafka, self.settings.names, self.model,
+                                        self.sessions), name=f"kip-preload-{self.model}")]
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
@@ -91,6 +94,7 @@ class Worker:
         if self.producer is not None:
             await self.producer.stop()
         self.lanes, self.producer = [], None
+        self.sessions.close()
 
     async def wait(self) -> None:
         """Until a loop ends (they only end by an error or ``stop``)."""

@@ -78,8 +78,9 @@ def test_a_failing_canary_is_rolled_back_by_the_gate_saying_why(plain_stack, tmp
                     after = [await kip.infer("digits", {"pixels": np.ones((1, 64), np.float32)},
                                              priority="interactive") for _ in range(20)]
                     return releases, seen, after
-        raise AssertionError(f"no health rollback within {WITHIN_S}s: {Counter(
-            (r.model_version, r.status.value) for r in seen)}; latest {releases[-1]}")
+        outcomes = Counter((r.model_version, r.status.value) for r in seen)
+        raise AssertionError(f"no health rollback within {WITHIN_S}s: {outcomes}; "
+                             f"latest {releases[-1]}")
     releases, seen, after = asyncio.run(until_rolled_back())
     failed = [r for r in seen if r.status == Status.FAILED]
     assert failed and {r.error.code for r in failed} == {"INFERENCE_FAILED"}

@@ -23,7 +23,9 @@ MODEL = "digits-mem"
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
 
 
-def _publish(s, tmp_path, tag: str, estimate: int) -> str:
+def _publish(s, tmp_path, tag: str, estimate: int, model: str = MODEL) -> str:
+    """digits' graph under the doc string ``tag``, published as ``model`` with a memory
+    estimate of ``estimate`` bytes, and signed."""
     digits = s.registry.resolve("digits")
     graph = onnx.load(str(digits.artifact))
     graph.doc_string = tag
@@ -31,9 +33,9 @@ def _publish(s, tmp_path, tag: str, estimate: int) -> str:
     onnx.save(graph, str(path))
     manifest = digits.manifest.model_dump(exclude={"version", "artifact_sha256",
                                                    "files_sha256"})
-    mv = s.registry.publish(path, manifest | {"name": MODEL, "memory_estimate_bytes": estimate},
+    mv = s.registry.publish(path, manifest | {"name": model, "memory_estimate_bytes": estimate},
                             {})
-    target = f"{MODEL}@{mv.manifest.version}"
+    target = f"{model}@{mv.manifest.version}"
     s.sign_models([target])
     return target
 

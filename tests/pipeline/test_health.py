@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pipeline.capacity import CapacityView
 from pipeline.health import GATE, HealthLimits, rollbacks
-from pipeline.releases import Release, Releases, WeightedVersion
+from schemas.releases import Release, Releases, WeightedVersion
 from schemas.messages import VersionHealth, WorkerTelemetry
 
 NOW = 1_000_000

@@ -9,7 +9,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from pipeline.releases import Release, Releases, WeightedVersion
+from schemas.releases import Release, Releases, WeightedVersion
 from pipeline.routing import Router
 from schemas.errors import ModelUnverified
 from tests.pipeline.conftest import DIGITS_MANIFEST

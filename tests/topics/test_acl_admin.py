@@ -32,7 +32,7 @@ ALLOWED = {
                  "releases": {R, W},
                  "telemetry": {R}, "quota-levels": {R, W}},
     "worker-digits": {"work": {R}, "results": {W}, "reply:acme": {W}, "reply:bob": {W},
-                      "audit": {W}, "deadletter": {W}, "telemetry": {W}},
+                      "audit": {W}, "deadletter": {W}, "telemetry": {W}, "releases": {R}},
     "operator": {"control": {R, W}, "deadletter": {R}, "deadletter-replays": {R, W},
                  "requests": {W}, "releases": {R, W}},
     "audit-reader": {"audit": {R}, "releases": {R}},

@@ -30,7 +30,7 @@ def test_a_worker_reads_only_its_models_work_and_owns_its_transactional_ids():
     reads = {name for op, kind, name in grants if op == "READ"}
     assert reads == {"k.work.digits.interactive", "k.work.digits.standard",
                      "k.work.digits.batch", "k.workers.digits",
-                     "k.workers.digits.interactive"}
+                     "k.workers.digits.interactive", "k.releases"}
     assert ("WRITE", "TRANSACTIONAL_ID", "k.workers.digits.*") in grants
     assert not any("minilm" in name for _, _, name in grants)
 

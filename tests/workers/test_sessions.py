@@ -5,7 +5,6 @@ back (the process's RSS falls)."""
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -27,16 +26,16 @@ def test_a_version_over_the_budget_is_refused_and_the_others_keep_serving(regist
 
     async def go():
         sessions = Sessions(registry, device="cpu", budget_bytes=budget)
-        with ThreadPoolExecutor(1) as pool:
-            await sessions.get(*digits, pool)
-            with pytest.raises(ModelUnavailable, match="needs an estimated .* MiB; this "
-                               "worker's budget is"):
-                await sessions.get(*minilm, pool)
-            with pytest.raises(ModelUnavailable):   # remembered: not tried again
-                await sessions.get(*minilm, pool)
-            session = await sessions.get(*digits, pool)
-            pixels = Tensor.from_array("pixels", np.zeros((1, 64), np.float32))
-            assert session.run([[pixels]])[0]
+        await sessions.get(*digits)
+        with pytest.raises(ModelUnavailable, match="needs an estimated .* MiB; this "
+                           "worker's budget is"):
+            await sessions.get(*minilm)
+        with pytest.raises(ModelUnavailable):   # remembered: not tried again
+            await sessions.get(*minilm)
+        session = await sessions.get(*digits)
+        pixels = Tensor.from_array("pixels", np.zeros((1, 64), np.float32))
+        assert session.run([[pixels]])[0]
+        sessions.close()
         return sessions
     sessions = asyncio.run(go())
     assert list(sessions.loaded) == ["@".join(digits)]
@@ -48,10 +47,8 @@ def test_an_unused_version_is_unloaded_and_its_memory_given_back(registry):
 
     async def go():
         sessions = Sessions(registry, device="cpu")
-        with ThreadPoolExecutor(1) as pool:
-            session = await sessions.get(*minilm, pool)
-            session.run([[Tensor.text("text", ["warm the session up"])]])
-            del session
+        await sessions.get(*minilm)   # warmed up as it loads
+        sessions.close()
         return sessions
     before = rss_bytes()
     sessions = asyncio.run(go())

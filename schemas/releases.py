@@ -4,7 +4,9 @@ Every change of an alias's routes is a ``Release`` on the releases topic (keyed 
 alias, never compacted or expired): its revision, the versions with their weights and
 artifact digests, per-tenant pins, who made it, when and why. The topic's history is the
 release record that operators and governance share; the pipeline follows it and routes
-each request by the alias's latest revision (``kip rollout``, kip/rollout.py).
+each request by the alias's latest revision (``kip rollout``, kip/rollout.py), and
+workers follow it to load a released version before its first request
+(workers/preload.py).
 
 A request goes to a version by a stable hash of its request id: the same id always lands
 on the same version of a revision, so a split is reproducible and a retry under the same
