@@ -4,6 +4,8 @@
     kip models list                       aliases, versions, who signed each
     kip models sign minilm                sign the version an alias points to (or NAME@VERSION)
     kip models verify [minilm]            re-hash every file and check the signatures
+    kip models import model.onnx --manifest fields.json [--file tokenizer.json] [--alias A]
+    kip models export mypkg.models:classifier [--atol 1e-4] [--alias A]
 
 Signing uses ``KIP_MODEL_SIGNING_KEY_FILE``: a release engineer's key, kept off the
 servers, which hold only the public keys (``KIP_MODEL_PUBLIC_KEYS_FILE``).
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import getpass
 import sys
+from pathlib import Path
 
 
 def add_command(sub) -> None:
@@ -34,6 +37,22 @@ def add_command(sub) -> None:
                                 "exit 1 if any version does not verify")
     verify.add_argument("targets", nargs="*", help="aliases or NAME@VERSION (default: all)")
     verify.set_defaults(func=_verify)
+    imported = actions.add_parser("import", help="an ONNX file with its manifest fields")
+    imported.add_argument("onnx", type=Path)
+    imported.add_argument("--manifest", type=Path, required=True, help="JSON: the manifest's "
+                          "fields (name, inputs, outputs, max_batch, memory_estimate_bytes, ...)")
+    imported.add_argument("--file", type=Path, action="append", default=[],
+                          help="an extra file the preprocessing needs (repeatable)")
+    exported = actions.add_parser("export", help="a torch module, exported and checked "
+                                  "against torch")
+    exported.add_argument("factory", help="package.module:function returning (module, "
+                          "example inputs, manifest fields)")
+    exported.add_argument("--atol", type=float, default=1e-4)
+    for action, func in ((imported, _import), (exported, _export)):
+        action.add_argument("--alias", help="point this alias at the new version")
+        action.add_argument("--sign", action="store_true", help="sign it "
+                            "(KIP_MODEL_SIGNING_KEY_FILE)")
+        action.set_defaults(func=func)
 
 
 def _registry():
@@ -77,6 +96,36 @@ def _sign(args) -> int:
     key = keys.model_signing_key(settings.model_signing_key_file)
     path = sign(mv.path, mv.manifest, key, getpass.getuser(), now_ms())
     print(f"signed {mv.manifest.name}@{mv.manifest.version} with key {key.key_id}: {path}")
+    return 0
+
+
+def _import(args) -> int:
+    import json
+
+    from models.importing import import_onnx
+
+    settings, registry = _registry()
+    fields = json.loads(args.manifest.read_text())
+    mv = import_onnx(registry, args.onnx, fields, {f.name: f for f in args.file})
+    return _published(args, registry, mv)
+
+
+def _export(args) -> int:
+    from models.importing import export_torch
+
+    settings, registry = _registry()
+    return _published(args, registry, export_torch(registry, args.factory, args.atol))
+
+
+def _published(args, registry, mv) -> int:
+    target = f"{mv.manifest.name}@{mv.manifest.version}"
+    print(f"published {target} (artifact {mv.manifest.artifact_sha256[:12]})")
+    if args.alias:
+        registry.set_alias(args.alias, target)
+        print(f"{args.alias} -> {target}")
+    if args.sign:
+        args.target = target
+        _sign(args)
     return 0
 
 
