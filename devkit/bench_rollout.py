@@ -1,15 +1,16 @@
 """``kip bench rollout``: a staged release on a kip of its own, under interactive traffic.
 
-A second digits version (the same graph under another doc string, so another digest) is
-published and signed. While interactive requests run at ``--interactive-rate``:
+A second version of ``--model`` (digits or minilm: the same graph under another doc
+string, so another digest) is published and signed. While interactive requests run at
+``--interactive-rate``:
 
 1. steady: interactive latency before any change;
-2. ``kip rollout start digits <v2> --canary 10``: for 5 s only interactive requests,
-   whose first canary makes the worker load v2 cold; then ``--requests`` standard
-   requests, all in flight, counted by the version that served them (every result names
-   version and digest, checked against the registry);
-3. ``kip rollout promote digits``: 5 s, then ``--after`` requests, all v2;
-4. ``kip rollout rollback digits``: 5 s, then ``--after`` requests, all v1.
+2. ``kip rollout start MODEL <v2> --canary 10``: for 5 s only interactive requests,
+   while the worker loads v2 (ahead of its first request, workers/preload.py); then
+   ``--requests`` standard requests, all in flight, counted by the version that served
+   them (every result names version and digest, checked against the registry);
+3. ``kip rollout promote MODEL``: 5 s, then ``--after`` requests, all v2;
+4. ``kip rollout rollback MODEL``: 5 s, then ``--after`` requests, all v1.
 
 Prints the canary's share, failed and lost requests in each phase (interactive ones
 throughout), and interactive p99 steady against the 5 s after each change. The verdict
@@ -39,11 +40,13 @@ from runtime.settings import KipSettings
 from topics.admin import apply
 from topics.catalogue import reply_topic
 
-PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
+INPUTS = {"digits": {"pixels": np.zeros((1, 64), np.float32)},
+          "minilm": {"text": ["a sentence for the release bench"]}}
 CHANGE_WINDOW_S = 5.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", choices=sorted(INPUTS), default="digits")
     p.add_argument("--requests", type=int, default=10_000, help="during the 90/10 canary")
     p.add_argument("--after", type=int, default=1_000, help="after promote, after rollback")
     p.add_argument("--interactive-rate", type=float, default=20.0, help="requests/s")
@@ -59,43 +62,46 @@ def run(args) -> int:
 
 async def measure(args) -> dict:
     async with own_stack("rollout", args.registry, log=_quiet) as stack:
-        v1, v2 = stack.registry.resolve("digits").manifest, _second_version(stack)
+        model, inputs = args.model, INPUTS[args.model]
+        v1, v2 = stack.registry.resolve(model).manifest, _second_version(stack, model)
         stack.start_services(log=_quiet)
         digests = {v.version: v.artifact_sha256 for v in (v1, v2)}
         bursts = dev_spec(stack, await _reply_topic(stack))
         async with dev_client(stack) as kip:
-            await kip.infer("digits", PIXELS, timeout_s=120)
-            interactive = _Interactive(kip, args.interactive_rate)
+            await kip.infer(model, inputs, timeout_s=120)
+            interactive = _Interactive(kip, args.interactive_rate, model, inputs)
             ticker = asyncio.create_task(interactive.run())
             await asyncio.sleep(args.steady_s)
             phases = {}
             for name, command, count in (
-                    ("canary", ["start", "digits", f"digits@{v2.version}", "--canary", "10"],
-                     args.requests), ("promote", ["promote", "digits"], args.after),
-                    ("rollback", ["rollback", "digits"], args.after)):
+                    ("canary", ["start", model, f"{model}@{v2.version}", "--canary", "10"],
+                     args.requests), ("promote", ["promote", model], args.after),
+                    ("rollback", ["rollback", model], args.after)):
                 interactive.mark(name)   # measured: the change, and v2's cold load
                 _rollout(stack, command)
                 await asyncio.sleep(CHANGE_WINDOW_S)
                 interactive.mark(f"{name}: burst")   # counted, not measured
-                phases[name] = await _burst_from_child(bursts, count, digests)
+                phases[name] = await _burst_from_child(bursts, model, inputs, count, digests)
             ticker.cancel()
             await interactive.drain()
     return _report(phases, interactive, v1.version, v2.version)
 
 
-def _second_version(stack: DevStack):
-    """digits' graph under another doc string: another digest, same answers; signed."""
+def _second_version(stack: DevStack, model: str):
+    """``model``'s graph under another doc string: another digest, same answers (and the
+    same extra files); signed."""
     import onnx
 
-    digits = stack.registry.resolve("digits")
-    graph = onnx.load(str(digits.artifact))
+    first = stack.registry.resolve(model)
+    graph = onnx.load(str(first.artifact))
     graph.doc_string = "kip bench rollout: the second version"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"
         onnx.save(graph, str(path))
-        mv = stack.registry.publish(path, digits.manifest.model_dump(
-            exclude={"version", "artifact_sha256", "files_sha256"}), {})
-    stack.sign_models([f"digits@{mv.manifest.version}"])
+        files = {name: first.file(name) for name in first.manifest.files_sha256}
+        mv = stack.registry.publish(path, first.manifest.model_dump(
+            exclude={"version", "artifact_sha256", "files_sha256"}), files)
+    stack.sign_models([f"{model}@{mv.manifest.version}"])
     return mv.manifest
 
 
@@ -115,28 +121,30 @@ def _rollout(stack: DevStack, command: list[str]) -> None:
     print(f"kip rollout {' '.join(command)}: {out.stdout.strip()}", file=sys.stderr)
 
 
-async def _burst_from_child(spec: ClientSpec, count: int, digests: dict[str, str]) -> dict:
+async def _burst_from_child(spec: ClientSpec, model: str, inputs: dict, count: int,
+                            digests: dict[str, str]) -> dict:
     """``_burst`` in a process of its own at nice 10, with a reply topic of its own: the
     standard traffic of other producers, whose client work must not delay the
     interactive requests measured here (devkit/loadproc.py says more)."""
     with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
         return await asyncio.get_running_loop().run_in_executor(
-            pool, _burst_in_child, spec, count, digests)
+            pool, _burst_in_child, spec, model, inputs, count, digests)
 
 
-def _burst_in_child(spec: ClientSpec, count: int, digests: dict[str, str]) -> dict:
+def _burst_in_child(spec: ClientSpec, model: str, inputs: dict, count: int,
+                    digests: dict[str, str]) -> dict:
     os.nice(10)
 
     async def go() -> dict:
         async with spec.client() as kip:
-            return await _burst(kip, count, digests)
+            return await _burst(kip, model, inputs, count, digests)
     return asyncio.run(go())
 
 
-async def _burst(kip, count: int, digests: dict[str, str]) -> dict:
+async def _burst(kip, model: str, inputs: dict, count: int, digests: dict[str, str]) -> dict:
     """``count`` standard requests, all in flight: served by version, failed, lost, and
     results naming a digest other than their version's."""
-    futures = [await kip.submit(kip.request("digits", PIXELS)) for _ in range(count)]
+    futures = [await kip.submit(kip.request(model, inputs)) for _ in range(count)]
     done, pending = await asyncio.wait(futures, timeout=120)
     by_version, failed, misnamed = Counter(), 0, 0
     for future in done:
@@ -153,8 +161,8 @@ async def _burst(kip, count: int, digests: dict[str, str]) -> dict:
 class _Interactive:
     """Interactive requests at a steady rate; latencies by the phase they started in."""
 
-    def __init__(self, kip, rate: float) -> None:
-        self.kip, self.rate = kip, rate
+    def __init__(self, kip, rate: float, model: str, inputs: dict) -> None:
+        self.kip, self.rate, self.model, self.inputs = kip, rate, model, inputs
         self.phase, self.changed_at = "steady", time.monotonic()
         self.latencies: dict[str, list[float]] = {"steady": []}
         self.failed = 0
@@ -176,7 +184,8 @@ class _Interactive:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
     async def _one(self, phase: str, started: float) -> None:
-        result = await self.kip.infer("digits", PIXELS, priority="interactive", timeout_s=30)
+        result = await self.kip.infer(self.model, self.inputs, priority="interactive",
+                                      timeout_s=30)
         if result.status != "ok":
             self.failed += 1
         else:

@@ -4,6 +4,7 @@
     kip rollout status digits
     kip rollout promote digits
     kip rollout rollback digits --reason "p99 doubled"
+    kip rollout pin digits acme digits@3f2a91c0    (a tenant's requests to one version)
 
 Each command writes one ``Release`` (schemas/releases.py) to the releases topic; the
 pipeline routes by the latest within a second or two. A version is released only if it
@@ -31,6 +32,13 @@ def add_command(sub) -> None:
     start.add_argument("--canary", type=float, default=10.0, help="percent (default 10)")
     start.add_argument("--reason", default="")
     start.set_defaults(func=_start)
+    pin = actions.add_parser("pin", help="send one tenant's requests to one version "
+                             "(unpin: drop the pin)")
+    pin.add_argument("alias")
+    pin.add_argument("tenant")
+    pin.add_argument("version", nargs="?", help="NAME@VERSION; omit to unpin")
+    pin.add_argument("--reason", default="")
+    pin.set_defaults(func=_pin)
     for name, func, text in (("promote", _promote, "send every request to the canary"),
                              ("rollback", _rollback, "back to the last stable revision"),
                              ("status", _status, "an alias's release history")):
@@ -107,6 +115,20 @@ def _rollback(args) -> int:
         if stable:
             return "rollback", stable[-1].routes, stable[-1].pins
         return "rollback", [weighted(registry, trust, args.alias, 100.0)], {}
+    return _release(settings, args, change)
+
+
+def _pin(args) -> int:
+    settings, registry, trust = _context()
+
+    def change(current, past):
+        routes = current.routes if current else [weighted(registry, trust, args.alias, 100.0)]
+        pins = dict(current.pins) if current else {}
+        if args.version is None:
+            pins.pop(args.tenant, None)
+            return "unpin", routes, pins
+        pins[args.tenant] = weighted(registry, trust, args.version, 100.0).version
+        return "pin", routes, pins
     return _release(settings, args, change)
 
 

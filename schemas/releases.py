@@ -36,7 +36,7 @@ class Release(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     alias: str = Field(pattern=ALIAS)
     revision: int = Field(ge=1)
-    action: Literal["start", "promote", "rollback", "health-rollback"]
+    action: Literal["start", "promote", "rollback", "health-rollback", "pin", "unpin"]
     routes: list[WeightedVersion] = Field(min_length=1, max_length=2, description=(
         "the stable version first; a second is the canary"))
     pins: dict[str, str] = Field(default_factory=dict, description="tenant -> name@version")

@@ -41,19 +41,22 @@ def test_start_promote_rollback_and_status(broker, prefix, tmp_path, monkeypatch
     assert "promote or roll back first" in capsys.readouterr().err
     assert main(["rollout", "promote", "digits"]) == 0
     assert main(["rollout", "rollback", "digits", "--reason", "p99 doubled"]) == 0
+    assert main(["rollout", "pin", "digits", "acme", f"digits@{canary.version}"]) == 0
+    assert main(["rollout", "pin", "digits", "acme"]) == 0
     capsys.readouterr()
     assert main(["rollout", "status", "digits"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(": ")[1].split(" by ")[0] for line in lines] == ["start", "promote",
-                                                                          "rollback"]
+    assert [line.split(": ")[1].split(" by ")[0] for line in lines] == [
+        "start", "promote", "rollback", "pin", "unpin"]
+    assert f"pins {{'acme': 'digits@{canary.version}'}}" in lines[3]
     assert f"digits@{stable.version} 90%, digits@{canary.version} 10% (retrained)" in lines[0]
     assert lines[2].endswith(f"digits@{stable.version} 100% (p99 doubled)")
 
     releases = asyncio.run(history(broker.kafka, names, "digits"))
-    assert [r.revision for r in releases] == [1, 2, 3]
+    assert [r.revision for r in releases] == [1, 2, 3, 4, 5]
     assert releases[1].routes[0].artifact_sha256 == canary.artifact_sha256
 
     (registry.root / "digits" / canary.version / "model.onnx").write_bytes(b"altered")
     assert main(["rollout", "start", "digits", f"digits@{canary.version}"]) != 0
     assert "does not match the manifest" in capsys.readouterr().err
-    assert len(asyncio.run(history(broker.kafka, names, "digits"))) == 3   # nothing released
+    assert len(asyncio.run(history(broker.kafka, names, "digits"))) == 5   # nothing released
