@@ -34,8 +34,8 @@ from pipeline.routing import Router
 from schemas.codec import MODEL_HEADER, REQUEST_ID_HEADER, decode
 from schemas.deadletter import fallback_request_id, valid_id, valid_model
 from schemas.errors import (DuplicateRequest, Forbidden, InvalidRequest, KipError,
-                            ModelNotFound, ModelUnavailable, Overloaded, PayloadTooLarge,
-                            Unauthenticated)
+                            ModelNotFound, ModelUnavailable, ModelUnverified, Overloaded,
+                            PayloadTooLarge, Unauthenticated)
 from schemas.messages import (AuditRecord, DeadLetterRecord, InferenceRequest,
                               InferenceResult, Priority, Route, Status, Timings, WorkItem)
 from schemas.outcomes import Coordinates, audit_record, error_info, status_of
@@ -195,10 +195,13 @@ def within_capacity(request: InferenceRequest, route: Route, deadline_ms: int,
 
 
 def check_loadable(route: Route, ctx: Context) -> None:
-    """A version every worker of its model refused to load is not sent to them."""
+    """A version every worker of its model refused to load is not sent to them: the
+    request ends with the workers' code (MODEL_UNAVAILABLE or MODEL_UNVERIFIED)."""
     why = ctx.capacity.refusal(route.model_name, route.model_version, ctx.now_ms)
     if why is not None:
-        raise ModelUnavailable(f"no worker of {route.model_name} can load it: {why}")
+        code, _, message = why.partition(": ")
+        error = ModelUnverified if code == ModelUnverified.code else ModelUnavailable
+        raise error(f"no worker of {route.model_name} can load it: {message}")
 
 
 def check_served(model: str, priority: Priority, ctx: Context) -> None:

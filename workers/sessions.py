@@ -6,8 +6,12 @@
   warmed up with one inference before any request runs on it.
 - **Memory budget** (``KIP_MEMORY_BUDGET_BYTES``): a version whose memory estimate
   (``memory_estimate_bytes``), added to those loaded, does not fit is refused with
-  MODEL_UNAVAILABLE, remembered, and reported in telemetry, so admission stops routing
-  to it; the worker goes on serving the others instead of running out of memory.
+  MODEL_UNAVAILABLE; the worker goes on serving the others instead of running out of
+  memory.
+- **Refusals** (over the budget, or MODEL_UNVERIFIED) are remembered for
+  ``REFUSAL_RETRY_S`` and reported in telemetry, so admission stops routing to a version
+  every worker refuses; after that the version is tried again (the files may have been
+  fixed, or memory freed).
 - **Unloading**: a version no request has used for ``unload_after_s`` (other than the
   one the worker started with) is dropped; its session goes once a batch still running
   on it is done, and glibc is asked to give the freed memory back.
@@ -26,11 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 from models.registry import Registry
 from models.signing import ModelTrust
 from runtime import metrics
-from schemas.errors import ModelUnavailable, ModelUnverified
+from schemas.errors import KipError, ModelUnavailable, ModelUnverified
 from workers.session import ModelSession
 
 log = logging.getLogger("kip.worker")
 MIB = 1024 * 1024
+REFUSAL_RETRY_S = 60.0
 
 
 class Sessions:
@@ -43,7 +48,7 @@ class Sessions:
         self.budget_bytes = budget_bytes
         self.options = (device, intra_op_threads, assume_gpu, spinning)
         self.loaded: dict[str, ModelSession] = {}
-        self.refused: dict[str, ModelUnavailable] = {}
+        self.refused: dict[str, tuple[KipError, float]] = {}   # key -> (error, when)
         self.last_used: dict[str, float] = {}
         self._loading = asyncio.Lock()
 
@@ -56,12 +61,18 @@ class Sessions:
         session = self.loaded.get(key)
         if session is not None:   # never wait on the lock while another version loads
             return session
-        if key in self.refused:
-            raise self.refused[key]
+        refused = self.refused.get(key)
+        if refused is not None and time.monotonic() - refused[1] < REFUSAL_RETRY_S:
+            raise refused[0]
         async with self._loading:   # both lanes may ask for a new version at once
             if key not in self.loaded:
-                self._check_budget(name, version)
-                self.loaded[key] = await self._load(name, version)
+                try:
+                    self._check_budget(name, version)
+                    self.loaded[key] = await self._load(name, version)
+                except (ModelUnavailable, ModelUnverified) as err:
+                    self.refused[key] = (err, time.monotonic())
+                    raise
+                self.refused.pop(key, None)
         return self.loaded[key]
 
     def _check_budget(self, name: str, version: str) -> None:
@@ -74,7 +85,6 @@ class Sessions:
                 f"{name}@{version} needs an estimated {needed / MIB:.0f} MiB; this worker's "
                 f"budget is {self.budget_bytes / MIB:.0f} MiB, {in_use / MIB:.0f} MiB of it "
                 f"taken by {', '.join(self.loaded) or 'nothing'}: refused")
-            self.refused[f"{name}@{version}"] = err
             log.error("worker refuses %s", err.message)
             raise err
 

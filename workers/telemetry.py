@@ -64,10 +64,10 @@ def rss_bytes() -> int:
 def report(wid: str, model: str, versions: list[str], provider: str, throughput: Throughput,
            backlog: dict[Priority, int], now_ms: int, refused: dict | None = None
            ) -> WorkerTelemetry:
-    """``refused``: ``name@version`` -> the error a version was refused with."""
+    """``refused``: ``name@version`` -> (the error a version was refused with, when)."""
     return WorkerTelemetry(worker_id=wid, model=model, versions=versions, provider=provider,
                            requests_per_s=throughput.requests_per_s, backlog=backlog,
                            memory_rss_bytes=rss_bytes(), health=HEALTH.snapshot(),
-                           refused={key.partition("@")[2]: err.message[:500]
-                                    for key, err in list((refused or {}).items())[:64]},
+                           refused={key.partition("@")[2]: f"{err.code}: {err.message}"[:500]
+                                    for key, (err, _) in list((refused or {}).items())[:64]},
                            at_ms=now_ms)

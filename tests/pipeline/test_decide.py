@@ -200,11 +200,16 @@ def test_an_unusable_fallback_leaves_the_request_overloaded(ctx):
 def test_a_version_every_worker_refused_to_load_is_not_routed_to(ctx, small_registry):
     version = small_registry.resolve("digits").manifest.version
     refusing = _telemetry("digits", 100, 0).model_copy(update={
-        "refused": {version: f"digits@{version} needs an estimated 8 MiB; budget 4 MiB"}})
+        "refused": {version: f"MODEL_UNAVAILABLE: digits@{version} needs an estimated 8 MiB; "
+                             "budget 4 MiB"}})
     ctx.capacity.update("w", refusing)
     request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
     d = _rejected(decide(_payload(request), _origin(), ctx), "MODEL_UNAVAILABLE")
     assert "no worker of digits can load it: digits@" in d.result.error.message
+    tampered = refusing.model_copy(update={"refused": {version: "MODEL_UNVERIFIED: digest"}})
+    ctx.capacity.update("w", tampered)
+    once_more = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
+    _rejected(decide(_payload(once_more), _origin(), ctx), "MODEL_UNVERIFIED")
     ctx.capacity.update("w2", _telemetry("digits", 100, 0).model_copy(
         update={"worker_id": "w2"}))   # one worker that can: routed
     again = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)

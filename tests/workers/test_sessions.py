@@ -40,6 +40,9 @@ def test_a_version_over_the_budget_is_refused_and_the_others_keep_serving(regist
     sessions = asyncio.run(go())
     assert list(sessions.loaded) == ["@".join(digits)]
     assert list(sessions.refused) == ["@".join(minilm)]
+    sessions.refused["@".join(minilm)] = (sessions.refused["@".join(minilm)][0], -1e9)
+    with pytest.raises(ModelUnavailable):   # tried again after REFUSAL_RETRY_S: still over
+        asyncio.run(sessions.get(*minilm))
 
 
 def test_an_unused_version_is_unloaded_and_its_memory_given_back(registry):
