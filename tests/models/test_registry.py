@@ -55,7 +55,7 @@ def test_manifest_checks_request_inputs(tmp_path):
 
 def test_reference_registry_has_both_models(registry):
     aliases = registry.aliases()
-    assert set(aliases) == {"minilm", "digits"}
+    assert set(aliases) >= {"minilm", "digits"}   # e2e tests publish models of their own
     manifest = json.loads((registry.resolve("minilm").path / "manifest.json").read_text())
     assert manifest["preprocessing"]["tokenizer_file"] == "tokenizer.json"
     assert registry.load(*aliases["minilm"].split("@")).manifest.files_sha256
