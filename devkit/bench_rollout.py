@@ -7,7 +7,7 @@ string, so another digest) is published and signed. While interactive requests r
 1. steady: interactive latency before any change;
 2. ``kip rollout start MODEL <v2> --canary 10``: for 5 s only interactive requests,
    while the worker loads v2 (ahead of its first request, workers/preload.py); then
-   ``--requests`` standard requests, all in flight, counted by the version that served
+   ``--requests`` standard requests, 500 in flight, counted by the version that served
    them (every result names version and digest, checked against the registry);
 3. ``kip rollout promote MODEL``: 5 s, then ``--after`` requests, all v2;
 4. ``kip rollout rollback MODEL``: 5 s, then ``--after`` requests, all v1.
@@ -43,6 +43,7 @@ from topics.catalogue import reply_topic
 INPUTS = {"digits": {"pixels": np.zeros((1, 64), np.float32)},
           "minilm": {"text": ["a sentence for the release bench"]}}
 CHANGE_WINDOW_S = 5.0
+IN_FLIGHT = 500
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -142,20 +143,33 @@ def _burst_in_child(spec: ClientSpec, model: str, inputs: dict, count: int,
 
 
 async def _burst(kip, model: str, inputs: dict, count: int, digests: dict[str, str]) -> dict:
-    """``count`` standard requests, all in flight: served by version, failed, lost, and
-    results naming a digest other than their version's."""
-    futures = [await kip.submit(kip.request(model, inputs)) for _ in range(count)]
-    done, pending = await asyncio.wait(futures, timeout=120)
-    by_version, failed, misnamed = Counter(), 0, 0
-    for future in done:
-        result = future.result()
+    """``count`` standard requests, ``IN_FLIGHT`` at a time (a producer that sends all
+    at once only measures admission's OVERLOADED): served by version, failed (by code),
+    lost, and results naming a digest other than their version's."""
+    by_version, codes, misnamed, lost = Counter(), Counter(), 0, 0
+    window = asyncio.Semaphore(IN_FLIGHT)
+
+    async def one() -> None:
+        nonlocal misnamed, lost
+        try:
+            result = await asyncio.wait_for(await kip.submit(kip.request(model, inputs)), 120)
+        except asyncio.TimeoutError:
+            lost += 1
+            return
+        finally:
+            window.release()
         if result.status != "ok":
-            failed += 1
-            continue
+            codes[result.error.code if result.error else result.status.value] += 1
+            return
         by_version[result.model_version] += 1
         misnamed += result.artifact_sha256 != digests.get(result.model_version)
-    return {"by_version": dict(by_version), "failed": failed, "lost": len(pending),
-            "misnamed": misnamed}
+    tasks = []
+    for _ in range(count):
+        await window.acquire()
+        tasks.append(asyncio.create_task(one()))
+    await asyncio.gather(*tasks)
+    return {"by_version": dict(by_version), "failed": sum(codes.values()),
+            "codes": dict(codes), "lost": lost, "misnamed": misnamed}
 
 
 class _Interactive:
@@ -214,8 +228,9 @@ def _report(phases: dict, interactive: _Interactive, v1: str, v2: str) -> dict:
 def render(r: dict) -> str:
     lines = [f"versions: v1 {r['v1']}, v2 {r['v2']}"]
     for name, p in r["phases"].items():
-        lines.append(f"{name:9} served by version {p['by_version']}; failed {p['failed']}, "
-                     f"lost {p['lost']}, naming the wrong digest {p['misnamed']}")
+        lines.append(f"{name:9} served by version {p['by_version']}; failed {p['failed']} "
+                     f"{p['codes'] or ''}, lost {p['lost']}, naming the wrong digest "
+                     f"{p['misnamed']}")
     lines.append(f"canary share during the 90/10 split: {r['canary_share']:.2%} "
                  "(target 10% +/- 1.5%)")
     p99 = r["interactive_p99_ms"]
