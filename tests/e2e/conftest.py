@@ -17,6 +17,7 @@ from devkit.stack import DevStack, tenant_credentials
 from kip.client import KipClient
 from pipeline.access import AccessConfig, ApiKey, TenantPolicy
 from schemas import AuditRecord, DeadLetterRecord, InferenceResult, Route, WorkItem, decode
+from schemas.messages import WorkerTelemetry
 from schemas.codec import encode, now_ms
 from schemas.result_signatures import request_sha256
 from schemas.stamps import stamped
@@ -173,6 +174,26 @@ async def outputs_of(s: DevStack, request_id: str, settle_s: float = 0.5) -> dic
                 if getattr(message, "request_id", None) == request_id:
                     out[kind].append(message)
     return out
+
+
+@contextmanager
+def overloaded(s: DevStack, model: str) -> Iterator[None]:
+    """``model`` looks overloaded to admission: telemetry of a fake worker of it with a
+    huge interactive backlog, published as that model's workers would; gone on exit."""
+    worker_id = f"fake-busy-{model}"
+    fake = WorkerTelemetry(worker_id=worker_id, model=model, versions=["x"], provider="test",
+                           requests_per_s=1.0, backlog={"interactive": 100_000},
+                           memory_rss_bytes=0, at_ms=now_ms())
+
+    async def publish(value: bytes | None) -> None:
+        await publish_as(s, f"worker-{model}", s.names.telemetry, value,
+                         key=worker_id.encode())
+    asyncio.run(publish(encode(fake)))
+    try:
+        asyncio.run(asyncio.sleep(1))   # the pipeline follows the telemetry topic
+        yield
+    finally:
+        asyncio.run(publish(None))   # the fake worker leaves
 
 
 def explained(s: DevStack, request_id: str) -> str:

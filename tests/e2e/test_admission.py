@@ -12,8 +12,7 @@ import pytest
 from kip.tenants import set_quota
 from schemas import Status, encode
 from schemas.codec import headers, now_ms
-from schemas.messages import WorkerTelemetry
-from tests.e2e.conftest import client_for, explained, publish_as, work_item
+from tests.e2e.conftest import client_for, explained, overloaded, publish_as, work_item
 
 pytestmark = pytest.mark.broker
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
@@ -127,21 +126,9 @@ def test_a_request_that_expired_in_the_queue_is_not_inferred(stack):
 
 
 def test_an_overloaded_model_rejects_interactive_requests_with_retry_after(stack):
-    fake = WorkerTelemetry(worker_id="fake-busy-worker", model="digits", versions=["x"],
-                           provider="test", requests_per_s=1.0,
-                           backlog={"interactive": 100_000}, memory_rss_bytes=0,
-                           at_ms=now_ms())
-
-    async def publish(value: bytes | None) -> None:   # as a digits worker would
-        await publish_as(stack, "worker-digits", stack.names.telemetry, value,
-                         key=b"fake-busy-worker")
-    asyncio.run(publish(encode(fake)))
-    try:
-        asyncio.run(asyncio.sleep(1))
+    with overloaded(stack, "digits"):
         [result] = asyncio.run(_burst(stack, "acme-k1", 1, priority="interactive"))
         assert result.error.code == "OVERLOADED" and result.error.retry_after_ms > 500
-    finally:
-        asyncio.run(publish(None))   # the fake worker leaves
     asyncio.run(asyncio.sleep(1))
     assert _codes(asyncio.run(_burst(stack, "acme-k1", 1, priority="interactive"))) == ["ok"]
 

@@ -11,10 +11,8 @@ import numpy as np
 import pytest
 
 from pipeline.control import fallback_record, publish_control
-from schemas import Status, encode
-from schemas.codec import now_ms
-from schemas.messages import WorkerTelemetry
-from tests.e2e.conftest import client_for, explained, publish_as
+from schemas import Status
+from tests.e2e.conftest import client_for, explained, overloaded
 from topics.admin import apply
 from topics.catalogue import catalogue
 
@@ -58,26 +56,16 @@ async def _served(s, model: str) -> None:
 
 def test_an_overloaded_model_degrades_to_its_fallback_and_says_so(with_digits_small):
     s = with_digits_small
-    busy = WorkerTelemetry(worker_id="fake-busy-digits", model="digits", versions=["x"],
-                           provider="test", requests_per_s=1.0,
-                           backlog={"interactive": 100_000}, memory_rss_bytes=0,
-                           at_ms=now_ms())
-
-    async def busy_digits(value: bytes | None) -> None:   # as a digits worker would
-        await publish_as(s, "worker-digits", s.names.telemetry, value,
-                         key=b"fake-busy-digits")
 
     async def ask():
         async with client_for(s) as kip:
             return await kip.infer("digits", PIXELS, priority="interactive", timeout_s=30)
     asyncio.run(publish_control(s.kafka, s.names.control,
                                 *fallback_record("digits", "digits-small")))
-    asyncio.run(busy_digits(encode(busy)))
     try:
-        asyncio.run(asyncio.sleep(1))
-        result = asyncio.run(ask())
+        with overloaded(s, "digits"):
+            result = asyncio.run(ask())
     finally:
-        asyncio.run(busy_digits(None))
         asyncio.run(publish_control(s.kafka, s.names.control,
                                     *fallback_record("digits", None)))
     assert result.status == Status.OK, result.error
