@@ -61,8 +61,8 @@ async def records_since(kafka: KafkaConnection, topic: str, since_ms: int,
     """``topic``'s committed records written from ``since_ms`` on, each partition in its
     order: up to the end as it is now (or ``until_ms``), or on and on with ``follow``."""
     consumer = kafka.consumer(group_id=None)
-    await consumer.start()
     try:
+        await consumer.start()   # a broker that is not there: closed all the same
         tps = await assign_all(consumer, topic, what=what)
         ends = await seek_to_time(consumer, tps, since_ms)
         while follow or not await reached(consumer, ends):
