@@ -86,6 +86,7 @@ def test_a_failing_canary_is_rolled_back_by_the_gate_saying_why(plain_stack, tmp
     assert failed and {r.error.code for r in failed} == {"INFERENCE_FAILED"}
     assert {r.model_version for r in failed} == {failing.split("@")[1]}
     rollback = releases[-1]
+    print(f"rolled back after {len(seen)} requests: {rollback.reason}")
     assert rollback.by == "pipeline health gate"
     assert [(r.version, r.weight) for r in rollback.routes] == [(f"digits@{stable}", 100.0)]
     assert f"canary {failing} failed" in rollback.reason
