@@ -79,7 +79,7 @@ async def measure(args) -> dict:
                      args.requests), ("promote", ["promote", model], args.after),
                     ("rollback", ["rollback", model], args.after)):
                 interactive.mark(name)   # measured: the change, and v2's cold load
-                _rollout(stack, command)
+                await asyncio.to_thread(_rollout, stack, command)   # the loop keeps going
                 await asyncio.sleep(CHANGE_WINDOW_S)
                 interactive.mark(f"{name}: burst")   # counted, not measured
                 phases[name] = await _burst_from_child(bursts, model, inputs, count, digests)
@@ -127,9 +127,12 @@ async def _burst_from_child(spec: ClientSpec, model: str, inputs: dict, count: i
     """``_burst`` in a process of its own at nice 10, with a reply topic of its own: the
     standard traffic of other producers, whose client work must not delay the
     interactive requests measured here (devkit/loadproc.py says more)."""
-    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+    pool = ProcessPoolExecutor(1, mp_context=get_context("spawn"))
+    try:
         return await asyncio.get_running_loop().run_in_executor(
             pool, _burst_in_child, spec, model, inputs, count, digests)
+    finally:   # the child's exit is waited for off the loop, as the command above
+        await asyncio.to_thread(pool.shutdown)
 
 
 def _burst_in_child(spec: ClientSpec, model: str, inputs: dict, count: int,
