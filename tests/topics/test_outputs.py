@@ -8,7 +8,7 @@ from schemas.messages import InferenceResult, Status
 from schemas.outcomes import Coordinates, undecodable
 from topics.names import TopicNames
 from topics.outputs import Output, Sealing, ending, records
-from schemas.result_signatures import ResultKeys, ResultSigningKey
+from schemas.result_signatures import ResultSigningKey
 
 NAMES = TopicNames("t")
 SIGNING_KEY = ResultSigningKey.generate()
