@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from models.manifest import Manifest
 from schemas.errors import DeadlineExceeded, InvalidRequest, Overloaded, PayloadTooLarge
-from schemas.messages import InferenceRequest, Priority
+from schemas.messages import InferenceRequest, Priority, priority_of
 from topics.catalogue import MAX_MESSAGE_BYTES
 
 MiB = 1024 * 1024
@@ -47,7 +47,7 @@ class AdmissionPolicy(BaseModel):
         "of the time left to the deadline: the rest absorbs estimate error and inference")
 
     def of(self, priority: Priority | str) -> ClassPolicy:
-        return self.classes[Priority(priority)]
+        return self.classes[priority_of(priority)]
 
 
 def check_payload_size(size: int, priority: Priority | str, policy: AdmissionPolicy,
@@ -57,7 +57,7 @@ def check_payload_size(size: int, priority: Priority | str, policy: AdmissionPol
     if model_limit is not None and model_limit < limit:
         limit, what = model_limit, "model"
     else:
-        what = f"{Priority(priority).value} class"
+        what = f"{priority_of(priority).value} class"
     if size > limit:
         raise PayloadTooLarge(f"the message is {size} bytes; the {what} allows {limit}")
 

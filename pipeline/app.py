@@ -43,7 +43,7 @@ from pipeline.replays import SeenRequests, read_admitted
 from pipeline.rounds import rounds
 from pipeline.routing import Router
 from pipeline.settings import PipelineSettings
-from runtime import metrics
+from runtime import collector, metrics
 from runtime.files import private_dir
 from runtime.memory import fix_mmap_threshold
 from schemas.codec import now_ms
@@ -202,6 +202,7 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
         log.info("agent waits for the control and telemetry views")
         await state.ready()
         log.info("agent admits requests")
+        collector.settle()   # once started: runtime/collector.py
         try:
             async for events in rounds(stream, settings.take_max, within_s):
                 await state.claim({TopicPartition(e.message.topic, e.message.partition)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from schemas.messages import Priority, WorkerTelemetry
+from schemas.messages import Priority, WorkerTelemetry, priority_of
 
 STALE_AFTER_MS = 5_000    # workers report every second
 FUTURE_SKEW_MS = 2_000    # clock difference tolerated between a worker and the pipeline
@@ -56,7 +56,7 @@ class CapacityView:
         rate = sum(t.requests_per_s for t in serving)
         if not serving or rate <= 0:
             return None
-        classes = Priority(priority).and_above()
+        classes = priority_of(priority).and_above()
         ahead = sum(t.backlog.get(c, 0) for t in serving for c in classes)
         ahead += sum(self._sent[model][c] for c in classes)
         return ahead / rate * 1000

@@ -47,6 +47,14 @@ class Priority(StrEnum):
 
 
 PRIORITIES: tuple[Priority, ...] = tuple(Priority)
+_PRIORITY_OF_VALUE = {p.value: p for p in PRIORITIES}
+
+
+def priority_of(value: Priority | str) -> Priority:
+    """``Priority(value)`` without the enum call's cost (it runs several times for every
+    message): a member or its value; anything else raises ``ValueError`` as the call does."""
+    found = _PRIORITY_OF_VALUE.get(value)
+    return found if found is not None else Priority(value)
 
 
 class Status(StrEnum):

@@ -38,7 +38,7 @@ def canonical_string(*, request_id: str, tenant: str, key_id: str, issued_at_ms:
 
 def sign(secret: bytes, **fields) -> str:
     """Hex HMAC-SHA256 of the canonical string built from ``fields``."""
-    return hmac.new(secret, canonical_string(**fields), hashlib.sha256).hexdigest()
+    return hmac.digest(secret, canonical_string(**fields), "sha256").hex()
 
 
 def signature_matches(secret: bytes, signature: str, **fields) -> bool:

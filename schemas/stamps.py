@@ -19,7 +19,6 @@ pipeline's current one, then drop the old one (docs/security.md).
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 
@@ -68,7 +67,7 @@ def canonical(item: WorkItem) -> bytes:
 
 def stamped(item: WorkItem, keys: StampKeys) -> WorkItem:
     """``item`` with the stamp of the ring's current key."""
-    mac = hmac.new(keys.secret(keys.current), canonical(item), hashlib.sha256).hexdigest()
+    mac = hmac.digest(keys.secret(keys.current), canonical(item), "sha256").hex()
     return item.model_copy(update={"stamp": WorkStamp(key_id=keys.current, mac=mac)})
 
 
@@ -80,6 +79,6 @@ def check_stamp(item: WorkItem, keys: StampKeys) -> None:
     if secret is None:
         raise Unauthenticated(f"the work item is stamped with key '{item.stamp.key_id}', "
                               "which is not on this worker's ring")
-    mac = hmac.new(secret, canonical(item), hashlib.sha256).hexdigest()
+    mac = hmac.digest(secret, canonical(item), "sha256").hex()
     if not hmac.compare_digest(mac, item.stamp.mac):
         raise Unauthenticated("the work item's stamp does not match its contents")

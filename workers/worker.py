@@ -21,7 +21,7 @@ from aiokafka.structs import ConsumerRecord
 
 from models.registry import Registry
 from models.signing import configured_trust
-from runtime import metrics
+from runtime import collector, metrics
 from schemas.codec import encode, headers, now_ms
 from schemas.messages import PRIORITIES, Priority
 from workers.answers import Answering, answer
@@ -180,4 +180,5 @@ async def run(settings: WorkerSettings) -> None:
     """Run one worker until cancelled (SIGINT/SIGTERM in ``kip worker``)."""
     metrics.serve(settings.metrics_port, settings.metrics_host)
     async with Worker(settings) as worker:
+        collector.settle()   # once started: runtime/collector.py
         await worker.wait()
