@@ -30,6 +30,7 @@ class Router:
         self._aliases: dict[str, str] = {}
         self._read_at = float("-inf")
         self._manifests: dict[str, Manifest] = {}
+        self._routes: dict[tuple[str, str, int | None], Route] = {}
 
     def route(self, alias: str, request_id: str = "", tenant: str = ""
               ) -> tuple[Route, Manifest]:
@@ -50,9 +51,12 @@ class Router:
             raise ModelUnverified(f"release {release.revision} of {alias} names artifact "
                                   f"{chosen.artifact_sha256[:12]} for {target}, the registry "
                                   f"holds {manifest.artifact_sha256[:12]}")
-        route = Route(alias=alias, model_name=manifest.name, model_version=manifest.version,
-                      artifact_sha256=manifest.artifact_sha256,
-                      revision=release.revision if release is not None else None)
+        revision = release.revision if release is not None else None
+        route = self._routes.get((alias, target, revision))
+        if route is None:   # built once per alias, version and revision: it is immutable
+            route = self._routes[(alias, target, revision)] = Route(
+                alias=alias, model_name=manifest.name, model_version=manifest.version,
+                artifact_sha256=manifest.artifact_sha256, revision=revision)
         return route, manifest
 
     def _verified(self, target: str) -> Manifest:

@@ -36,6 +36,7 @@ from aiokafka.structs import OffsetAndMetadata
 from topics.clients import KafkaConnection
 from schemas.audit_chain import ChainHead
 from topics.outputs import Chaining, Record
+from topics.partitioning import key_partition
 
 log = logging.getLogger("kip.transactions")
 
@@ -171,8 +172,10 @@ class PartitionTransactions:
         if self.any_partition(topic):
             chosen = random.choice(sorted(partitions))
             return lambda key: chosen
+        ordered = sorted(partitions)
         available = list(producer.client.cluster.available_partitions_for_topic(topic) or ())
-        return lambda key: producer._partitioner(key, partitions, available)
+        return lambda key: (producer._partitioner(None, ordered, available) if key is None
+                            else key_partition(key, ordered))
 
     async def claim(self, tp: TopicPartition) -> None:
         """Take ``tp`` over now: fence its previous owner (the broker aborts that owner's
