@@ -27,23 +27,15 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
-from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
 
-from devkit.stack import ClientSpec, DevStack, dev_client, dev_spec, own_stack
+from devkit.bursts import INPUTS, Interactive, burst_from_child, bursts_reply_topic
+from devkit.stack import DevStack, dev_client, dev_spec, own_stack
 from runtime.settings import KipSettings
-from topics.admin import apply
-from topics.catalogue import reply_topic
 
-INPUTS = {"digits": {"pixels": np.zeros((1, 64), np.float32)},
-          "minilm": {"text": ["a sentence for the release bench"]}}
 CHANGE_WINDOW_S = 5.0
-IN_FLIGHT = 500
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -67,10 +59,10 @@ async def measure(args) -> dict:
         v1, v2 = stack.registry.resolve(model).manifest, _second_version(stack, model)
         stack.start_services(log=_quiet)
         digests = {v.version: v.artifact_sha256 for v in (v1, v2)}
-        bursts = dev_spec(stack, await _reply_topic(stack))
+        bursts = dev_spec(stack, await bursts_reply_topic(stack))
         async with dev_client(stack) as kip:
             await kip.infer(model, inputs, timeout_s=120)
-            interactive = _Interactive(kip, args.interactive_rate, model, inputs)
+            interactive = Interactive(kip, args.interactive_rate, model, inputs)
             ticker = asyncio.create_task(interactive.run())
             await asyncio.sleep(args.steady_s)
             phases = {}
@@ -82,7 +74,7 @@ async def measure(args) -> dict:
                 await asyncio.to_thread(_rollout, stack, command)   # the loop keeps going
                 await asyncio.sleep(CHANGE_WINDOW_S)
                 interactive.mark(f"{name}: burst")   # counted, not measured
-                phases[name] = await _burst_from_child(bursts, model, inputs, count, digests)
+                phases[name] = await burst_from_child(bursts, model, inputs, count, digests)
             ticker.cancel()
             await interactive.drain()
     return _report(phases, interactive, v1.version, v2.version)
@@ -106,13 +98,6 @@ def _second_version(stack: DevStack, model: str):
     return mv.manifest
 
 
-async def _reply_topic(stack: DevStack) -> str:
-    spec = reply_topic(stack.names, f"{dev_spec(stack).tenant}.rollout-bursts",
-                       purpose="the rollout bench's bursts")
-    await apply(stack.kafka, [spec])
-    return spec.name
-
-
 def _rollout(stack: DevStack, command: list[str]) -> None:
     """The operator's command, at nice 10: it stands in for a workstation, and its start
     (~0.5 s of CPU) would otherwise be charged to the interactive requests measured."""
@@ -122,94 +107,7 @@ def _rollout(stack: DevStack, command: list[str]) -> None:
     print(f"kip rollout {' '.join(command)}: {out.stdout.strip()}", file=sys.stderr)
 
 
-async def _burst_from_child(spec: ClientSpec, model: str, inputs: dict, count: int,
-                            digests: dict[str, str]) -> dict:
-    """``_burst`` in a process of its own at nice 10, with a reply topic of its own: the
-    standard traffic of other producers, whose client work must not delay the
-    interactive requests measured here (devkit/loadproc.py says more)."""
-    pool = ProcessPoolExecutor(1, mp_context=get_context("spawn"))
-    try:
-        return await asyncio.get_running_loop().run_in_executor(
-            pool, _burst_in_child, spec, model, inputs, count, digests)
-    finally:   # the child's exit is waited for off the loop, as the command above
-        await asyncio.to_thread(pool.shutdown)
-
-
-def _burst_in_child(spec: ClientSpec, model: str, inputs: dict, count: int,
-                    digests: dict[str, str]) -> dict:
-    os.nice(10)
-
-    async def go() -> dict:
-        async with spec.client() as kip:
-            return await _burst(kip, model, inputs, count, digests)
-    return asyncio.run(go())
-
-
-async def _burst(kip, model: str, inputs: dict, count: int, digests: dict[str, str]) -> dict:
-    """``count`` standard requests, ``IN_FLIGHT`` at a time (a producer that sends all
-    at once only measures admission's OVERLOADED): served by version, failed (by code),
-    lost, and results naming a digest other than their version's."""
-    by_version, codes, misnamed, lost = Counter(), Counter(), 0, 0
-    window = asyncio.Semaphore(IN_FLIGHT)
-
-    async def one() -> None:
-        nonlocal misnamed, lost
-        try:
-            result = await asyncio.wait_for(await kip.submit(kip.request(model, inputs)), 120)
-        except asyncio.TimeoutError:
-            lost += 1
-            return
-        finally:
-            window.release()
-        if result.status != "ok":
-            codes[result.error.code if result.error else result.status.value] += 1
-            return
-        by_version[result.model_version] += 1
-        misnamed += result.artifact_sha256 != digests.get(result.model_version)
-    tasks = []
-    for _ in range(count):
-        await window.acquire()
-        tasks.append(asyncio.create_task(one()))
-    await asyncio.gather(*tasks)
-    return {"by_version": dict(by_version), "failed": sum(codes.values()),
-            "codes": dict(codes), "lost": lost, "misnamed": misnamed}
-
-
-class _Interactive:
-    """Interactive requests at a steady rate; latencies by the phase they started in."""
-
-    def __init__(self, kip, rate: float, model: str, inputs: dict) -> None:
-        self.kip, self.rate, self.model, self.inputs = kip, rate, model, inputs
-        self.phase, self.changed_at = "steady", time.monotonic()
-        self.latencies: dict[str, list[float]] = {"steady": []}
-        self.failed = 0
-        self.tasks: set[asyncio.Task] = set()
-
-    def mark(self, phase: str) -> None:
-        self.phase, self.changed_at = phase, time.monotonic()
-        self.latencies[phase] = []
-
-    async def run(self) -> None:
-        while True:
-            task = asyncio.create_task(self._one(self.phase, time.monotonic()))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-            await asyncio.sleep(1 / self.rate)
-
-    async def drain(self) -> None:
-        """Every request sent so far answered (or failed)."""
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-
-    async def _one(self, phase: str, started: float) -> None:
-        result = await self.kip.infer(self.model, self.inputs, priority="interactive",
-                                      timeout_s=30)
-        if result.status != "ok":
-            self.failed += 1
-        else:
-            self.latencies[phase].append((time.monotonic() - started) * 1000)
-
-
-def _report(phases: dict, interactive: _Interactive, v1: str, v2: str) -> dict:
+def _report(phases: dict, interactive: Interactive, v1: str, v2: str) -> dict:
     p99 = {phase: float(np.percentile(v, 99)) for phase, v in interactive.latencies.items()
            if v and ":" not in phase}
     canary = phases["canary"]

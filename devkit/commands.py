@@ -7,8 +7,8 @@ import asyncio
 import time
 from pathlib import Path
 
-from devkit import (bench_batch, bench_checks, bench_cost, bench_load, bench_rollout,
-                    bench_throughput, faults)
+from devkit import (bench_batch, bench_burst, bench_checks, bench_cost, bench_load,
+                    bench_rollout, bench_throughput, faults)
 from devkit.settings import DevSettings
 
 
@@ -26,6 +26,8 @@ BENCHES = [
      "interactive p99 beside the job"),
     ("rollout", bench_rollout, "a 90/10 canary, promote and rollback under interactive "
      "traffic: the canary's share, failed and lost requests, interactive p99"),
+    ("burst", bench_burst, "interactive latency while bursts of standard requests are all "
+     "in flight, against steady; one pipeline or two"),
     ("checks", bench_checks, "CPU per request of the stamp, signature and replay checks, "
      "beside request authentication (no Kafka)"),
 ]

@@ -30,7 +30,8 @@ def test_compose_reserves_a_gpu_for_the_encoder_worker_and_wires_kip_settings():
 def test_compose_runs_every_process_as_its_own_principal_with_no_secret_in_the_repo():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    roles = {"pipeline": "pipeline", "worker-minilm": "worker-minilm",
+    roles = {"pipeline": "pipeline", "pipeline-background": "pipeline",
+             "worker-minilm": "worker-minilm",
              "worker-digits": "worker-digits", "topics-init": "admin", "acls-init": "admin"}
     for service, user in roles.items():
         assert services[service]["environment"]["KIP_KAFKA_CONFIG"] == \
@@ -38,6 +39,13 @@ def test_compose_runs_every_process_as_its_own_principal_with_no_secret_in_the_r
     assert "secrets" not in compose and "access.example" not in yaml.safe_dump(compose)
     assert services["security-init"]["command"][:2] == ["security", "init"]
     assert "/mnt/shared/config" in " ".join(services["kafka"]["volumes"])
+
+
+def test_interactive_requests_have_a_pipeline_of_their_own():
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    classes = [services[name]["command"][services[name]["command"].index("--classes") + 1]
+               for name in ("pipeline", "pipeline-background")]
+    assert classes == ["interactive", "standard,batch"]
 
 
 def test_a_broken_compose_file_is_caught(tmp_path):
