@@ -42,6 +42,15 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable_auto_commit": False, "isolation_level": "read_committed",
     "max_partition_fetch_bytes": MAX_MESSAGE_BYTES + FETCH_HEADROOM_BYTES}
 
+# How long the broker may hold a fetch of the request and work topics waiting for data
+# (aiokafka: 500 ms; faust: 1,500 ms). aiokafka keeps one fetch in flight per broker and
+# leaves out of it the partitions whose fetched records the reader has not taken yet:
+# under load the fetch in flight often covers only idle partitions, and records that
+# arrive on the busy ones wait for it to time out. Those readers fetch with this wait
+# (20 ms cost unloaded interactive p99, 100 ms burst latency; docs/benchmarks.md); an
+# idle one pays a fetch per wait. docs/architecture.md, "One process per class set".
+HOT_PATH_FETCH_MAX_WAIT_MS = 50
+
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN", "OAUTHBEARER"]
 

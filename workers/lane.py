@@ -29,6 +29,7 @@ from aiokafka.structs import ConsumerRecord
 from runtime import metrics
 from schemas.messages import AuditRecord, InferenceResult
 from topics.catalogue import MAX_MESSAGE_BYTES
+from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS
 from topics.outputs import Output, Sealing, records
 from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
 from workers.health import HEALTH
@@ -96,7 +97,8 @@ def open_lane(settings: WorkerSettings, model: str, name: str, topics: list[str]
         session_timeout_ms=settings.session_timeout_ms,
         heartbeat_interval_ms=settings.session_timeout_ms // 3,
         max_poll_interval_ms=settings.max_poll_interval_ms,
-        fetch_max_bytes=4 * MAX_MESSAGE_BYTES)
+        fetch_max_bytes=4 * MAX_MESSAGE_BYTES,
+        fetch_max_wait_ms=HOT_PATH_FETCH_MAX_WAIT_MS)
     transactions = PartitionTransactions(
         settings.kafka, group, transaction_timeout_ms(settings.session_timeout_ms),
         owned=lambda tp: tp in consumer.assignment(),
