@@ -37,7 +37,7 @@ from schemas.messages import InferenceRequest, InferenceResult, Priority
 from schemas.result_signatures import ResultKeys, ResultVerifier, request_sha256
 from schemas.signing import sign
 from schemas.tensors import Tensor
-from topics.clients import KafkaConnection
+from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS, KafkaConnection
 from topics.names import TopicNames
 from topics.reading import assign_all, reached, seek_to_time
 
@@ -101,7 +101,8 @@ class KipClient:
         self._verifier = _verifier(self._result_keys)
         self._producer = await self._start_producer(linger_ms=0)
         self._bulk_producer = await self._start_producer(linger_ms=self.bulk_linger_ms)
-        self._consumer = self.kafka.consumer(group_id=None)
+        self._consumer = self.kafka.consumer(   # results come on any partition
+            group_id=None, fetch_max_wait_ms=HOT_PATH_FETCH_MAX_WAIT_MS)
         await self._consumer.start()
         self.listening_on = self.reply_to or await self._default_reply_topic()
         await self._listen_from_now(self.listening_on)
