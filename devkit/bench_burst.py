@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from devkit.bursts import INPUTS, Interactive, burst_from_child, bursts_reply_topic
+from devkit.bursts import (INPUTS, Interactive, burst_from_child, bursts_reply_topic,
+                           start_interactive)
 from devkit.stack import dev_client, dev_spec, own_stack
 from runtime.settings import KipSettings
 
@@ -51,9 +52,8 @@ async def measure(args) -> dict:
         stack.start_services(log=_quiet)
         bursts_spec = dev_spec(stack, await bursts_reply_topic(stack))
         async with dev_client(stack) as kip:
-            await kip.infer(model, inputs, timeout_s=120)
-            interactive = Interactive(kip, args.interactive_rate, model, inputs)
-            ticker = asyncio.create_task(interactive.run())
+            interactive, ticker = await start_interactive(kip, args.interactive_rate, model,
+                                                          inputs)
             await asyncio.sleep(args.steady_s)
             bursts = []
             for _ in range(args.bursts):

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from devkit.bursts import INPUTS, Interactive, burst_from_child, bursts_reply_topic
+from devkit.bursts import (INPUTS, Interactive, burst_from_child, bursts_reply_topic,
+                           start_interactive)
 from devkit.stack import DevStack, dev_client, dev_spec, own_stack
 from runtime.settings import KipSettings
 
@@ -61,9 +62,8 @@ async def measure(args) -> dict:
         digests = {v.version: v.artifact_sha256 for v in (v1, v2)}
         bursts = dev_spec(stack, await bursts_reply_topic(stack))
         async with dev_client(stack) as kip:
-            await kip.infer(model, inputs, timeout_s=120)
-            interactive = Interactive(kip, args.interactive_rate, model, inputs)
-            ticker = asyncio.create_task(interactive.run())
+            interactive, ticker = await start_interactive(kip, args.interactive_rate, model,
+                                                          inputs)
             await asyncio.sleep(args.steady_s)
             phases = {}
             for name, command, count in (

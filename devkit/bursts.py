@@ -87,6 +87,15 @@ async def burst(kip, model: str, inputs: dict, count: int, digests: dict[str, st
             "codes": dict(codes), "lost": lost, "misnamed": misnamed}
 
 
+async def start_interactive(kip, rate: float, model: str, inputs: dict
+                            ) -> tuple[Interactive, asyncio.Task]:
+    """One request first (every stage warm), then interactive requests at ``rate`` in
+    the background: the tracker, and the task to cancel when done."""
+    await kip.infer(model, inputs, timeout_s=120)
+    interactive = Interactive(kip, rate, model, inputs)
+    return interactive, asyncio.create_task(interactive.run())
+
+
 class Interactive:
     """Interactive requests at a steady rate; latencies, and the pipeline's share of them
     (``admission_ms``: issued to routed), by the phase they started in."""
