@@ -175,7 +175,7 @@ class FetchWaitConsumerThread(AIOKafkaConsumerThread):
 
     def _create_worker_consumer(self, transport) -> AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
-        consumer._fetch_max_wait_ms = HOT_PATH_FETCH_MAX_WAIT_MS   # its Fetcher reads it at start
+        consumer._fetch_max_wait_ms = HOT_PATH_FETCH_MAX_WAIT_MS   # read by start()
         return consumer
 
 

@@ -42,7 +42,7 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable_auto_commit": False, "isolation_level": "read_committed",
     "max_partition_fetch_bytes": MAX_MESSAGE_BYTES + FETCH_HEADROOM_BYTES}
 
-# How long the broker may hold a fetch of the request and work topics waiting for data
+# How long the broker may hold a fetch of request, work or reply topics waiting for data
 # (aiokafka: 500 ms; faust: 1,500 ms). aiokafka keeps one fetch in flight per broker and
 # leaves out of it the partitions whose fetched records the reader has not taken yet:
 # under load the fetch in flight often covers only idle partitions, and records that
