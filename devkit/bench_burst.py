@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    if args.requests < 1 or args.bursts < 1 or args.in_flight < 0:
+        print("kip bench burst: --requests and --bursts need at least 1, --in-flight at "
+              "least 0 (0: all of a burst at once)", file=sys.stderr)
+        return 2
     report = asyncio.run(measure(args))
     print(render(report))
     return 0 if report["passed"] else 1
