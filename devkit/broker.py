@@ -8,6 +8,7 @@ starts ``kafka.Kafka`` in a child process with single-node settings, and waits f
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -106,6 +107,26 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_port_run(count: int, low: int = 20_000, high: int = 32_000) -> int:
+    """The first of ``count`` consecutive free loopback ports, below Linux's ephemeral
+    range (32768 and up): ``free_port() + 1`` is an ephemeral port that any outgoing
+    connection (each Kafka client holds several) may take before a service binds it."""
+    for _ in range(200):
+        base = random.randrange(low, high - count)
+        if all(_bindable(port) for port in range(base, base + count)):
+            return base
+    raise RuntimeError(f"no {count} consecutive free ports in {low}-{high}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 class LocalBroker:

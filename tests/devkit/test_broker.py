@@ -2,13 +2,29 @@ import socket
 
 import pytest
 
-from devkit.broker import BrokerError, LocalBroker, free_port, require_tool
+from devkit.broker import BrokerError, LocalBroker, free_port, free_port_run, require_tool
 
 
 def test_the_session_broker_accepts_connections_and_reports_status(broker):
     with socket.create_connection(("127.0.0.1", broker.port), timeout=2):
         pass
     assert "running" in broker.status() and broker.pid() is not None
+
+
+def test_a_run_of_free_ports_lies_below_the_ephemeral_range_and_every_one_binds():
+    base = free_port_run(4)
+    assert 20_000 <= base and base + 4 <= 32_000
+    for port in range(base, base + 4):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+
+
+def test_a_run_of_ports_that_cannot_be_had_is_refused():
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        with pytest.raises(RuntimeError, match="consecutive free ports"):
+            free_port_run(1, low=port, high=port + 2)
 
 
 def test_a_second_start_is_a_no_op(broker):

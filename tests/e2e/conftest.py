@@ -12,8 +12,8 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
-from devkit.broker import free_port
-from devkit.stack import DevStack, tenant_credentials
+from devkit.broker import free_port_run
+from devkit.stack import REFERENCE_MODELS, DevStack, tenant_credentials
 from kip.client import KipClient
 from pipeline.access import AccessConfig, ApiKey, TenantPolicy
 from schemas import AuditRecord, DeadLetterRecord, InferenceResult, Route, WorkItem, decode
@@ -49,7 +49,7 @@ def plain_stack(broker, registry, tmp_path_factory):
 def _new_stack(broker, registry, tmp_path_factory) -> DevStack:
     return DevStack(home=tmp_path_factory.mktemp("kip"), own_broker=broker,
                     prefix=f"e2e{uuid.uuid4().hex[:8]}", registry_dir=registry.root,
-                    metrics_base_port=free_port())
+                    metrics_base_port=free_port_run(len(REFERENCE_MODELS) + 2))
 
 
 def _access() -> AccessConfig:
