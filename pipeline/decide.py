@@ -31,7 +31,7 @@ from pipeline.capacity import CapacityView
 from pipeline.quota import Ledger
 from pipeline.replays import SeenRequests
 from pipeline.routing import Router
-from schemas.codec import MODEL_HEADER, REQUEST_ID_HEADER, decode
+from schemas.codec import MODEL_HEADER, REQUEST_ID_HEADER, decode, type_headers
 from schemas.deadletter import fallback_request_id, valid_id, valid_model
 from schemas.errors import (DuplicateRequest, Forbidden, InvalidRequest, KipError,
                             ModelNotFound, ModelUnavailable, ModelUnverified, Overloaded,
@@ -41,9 +41,10 @@ from schemas.messages import (AuditRecord, DeadLetterRecord, InferenceRequest,
 from schemas.outcomes import Coordinates, audit_record, error_info, status_of
 from schemas.outcomes import undecodable as undecodable_ending
 from schemas.result_signatures import request_sha256
-from schemas.stamps import StampKeys, stamped
+from schemas.stamps import StampKeys
+from schemas.work_items import encode_work_item
 from topics.names import TopicNames
-from topics.outputs import Output, ending
+from topics.outputs import Encoded, Output, ending
 
 STAGE = "pipeline"
 
@@ -89,12 +90,19 @@ class Context:
 @dataclass(frozen=True)
 class Forward:
     topic: str
-    work: WorkItem
+    work: bytes   # the stamped work item, encoded (schemas/work_items.py)
     audit: AuditRecord
 
-    def outputs(self, names: TopicNames) -> list[Output]:
+    @property
+    def work_item(self) -> WorkItem:
+        """The work item as a worker decodes it."""
+        return decode(WorkItem, self.work)
+
+    def outputs(self, names: TopicNames) -> list[Output | Encoded]:
         trace = self.audit.traceparent
-        return [Output(self.topic, self.work, trace), Output(names.audit, self.audit, trace)]
+        work = Encoded(self.topic, self.audit.request_id.encode(), self.work,
+                       type_headers(WorkItem, trace))
+        return [work, Output(names.audit, self.audit, trace)]
 
 
 @dataclass(frozen=True)
@@ -121,7 +129,7 @@ def decide(payload: bytes, origin: Origin, ctx: Context) -> Decision:
         request = decode(InferenceRequest, payload)
     except InvalidRequest as err:
         return undecodable(payload, origin, err, ctx)
-    message = Message(request, origin, request_sha256(payload), len(payload))
+    message = Message(request, origin, payload, request_sha256(payload))
     try:
         route, deadline_ms = admit(message, ctx)
     except KipError as err:
@@ -135,8 +143,12 @@ class Message:
 
     request: InferenceRequest
     origin: Origin
+    payload: bytes
     sha256: str   # of the message bytes: what the result names
-    size: int
+
+    @property
+    def size(self) -> int:
+        return len(self.payload)
 
 
 def admit(message: Message, ctx: Context) -> tuple[Route, int]:
@@ -249,10 +261,10 @@ def check_reply_to(reply_to: str | None, ctx: Context) -> None:
 
 def forward(message: Message, route: Route, deadline_ms: int, ctx: Context) -> Forward:
     request = message.request
-    work = stamped(WorkItem(request=request, route=route, routed_at_ms=ctx.now_ms,
+    work = encode_work_item(message.payload, request, route, routed_at_ms=ctx.now_ms,
                             deadline_ms=deadline_ms, request_sha256=message.sha256,
-                            reply_to=reply_topic_for(request.reply_to, request.tenant, ctx)),
-                   ctx.stamp_keys)
+                            reply_to=reply_topic_for(request.reply_to, request.tenant, ctx),
+                            keys=ctx.stamp_keys)
     decision = "degraded" if route.fallback_from else "routed"
     audit = audit_record(request, stage=STAGE, decision=decision, final=False,
                          at_ms=ctx.now_ms, payload_bytes=message.size, route=route,

@@ -45,13 +45,21 @@ def decode(cls: type[M], payload: bytes) -> M:
 
 def headers(message: Message, traceparent: str | None = None) -> list[tuple[str, bytes]]:
     """Kafka headers naming the message type, schema version and trace context."""
-    out = [(TYPE_HEADER, MESSAGE_TYPES[type(message)].encode()),
-           (VERSION_HEADER, str(message.schema_version).encode())]
-    if traceparent:
-        out.append((TRACE_HEADER, traceparent.encode()))
+    out = type_headers(type(message), traceparent)
     if isinstance(message, InferenceRequest):
         out += [(REQUEST_ID_HEADER, message.request_id.encode()),
                 (MODEL_HEADER, message.model.encode())]
+    return out
+
+
+def type_headers(cls: type[Message], traceparent: str | None = None
+                 ) -> list[tuple[str, bytes]]:
+    """The headers every message of ``cls`` carries: its type, its schema version and,
+    when there is one, the trace context."""
+    out = [(TYPE_HEADER, MESSAGE_TYPES[cls].encode()),
+           (VERSION_HEADER, str(cls.model_fields["schema_version"].default).encode())]
+    if traceparent:
+        out.append((TRACE_HEADER, traceparent.encode()))
     return out
 
 

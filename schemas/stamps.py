@@ -25,7 +25,7 @@ import secrets
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from schemas.errors import Unauthenticated
-from schemas.messages import ID_PATTERN, WorkItem, WorkStamp
+from schemas.messages import ID_PATTERN, InferenceRequest, Route, WorkItem, WorkStamp
 from schemas.signing import body_sha256
 
 STAMP_SCHEME = "kip-work-v1"
@@ -57,17 +57,29 @@ class StampKeys(BaseModel):
 
 
 def canonical(item: WorkItem) -> bytes:
-    request, route = item.request, item.route
-    fields = [STAMP_SCHEME, request.request_id, request.tenant, request.priority.value,
+    return canonical_fields(item.request, item.route, item.routed_at_ms, item.deadline_ms,
+                            item.reply_to, item.request_sha256)
+
+
+def canonical_fields(request: InferenceRequest, route: Route, routed_at_ms: int,
+                     deadline_ms: int, reply_to: str | None,
+                     request_sha256: str | None) -> bytes:
+    """The stamped lines of a work item with these fields (the module docstring)."""
+    fields = [STAMP_SCHEME, request.request_id, request.tenant, request.priority,
               route.model_name, route.model_version, route.artifact_sha256,
-              str(item.routed_at_ms), str(item.deadline_ms), item.reply_to or "",
-              item.request_sha256 or "", body_sha256(request.inputs)]
+              str(routed_at_ms), str(deadline_ms), reply_to or "",
+              request_sha256 or "", body_sha256(request.inputs)]
     return "\n".join(fields).encode("utf-8")
+
+
+def stamp_mac(canonical_lines: bytes, keys: StampKeys) -> str:
+    """The hex MAC of the ring's current key over ``canonical_lines``."""
+    return hmac.digest(keys.secret(keys.current), canonical_lines, "sha256").hex()
 
 
 def stamped(item: WorkItem, keys: StampKeys) -> WorkItem:
     """``item`` with the stamp of the ring's current key."""
-    mac = hmac.digest(keys.secret(keys.current), canonical(item), "sha256").hex()
+    mac = stamp_mac(canonical(item), keys)
     return item.model_copy(update={"stamp": WorkStamp(key_id=keys.current, mac=mac)})
 
 

@@ -49,6 +49,21 @@ class Output:
 
 
 @dataclass(frozen=True)
+class Encoded:
+    """A message its stage has already encoded (the pipeline's work items:
+    schemas/work_items.py), with its Kafka key and headers. Nothing of ``Sealing``
+    applies to it: that signs results and trims audit records and dead letters."""
+
+    topic: str
+    key: bytes
+    value: bytes
+    headers: list
+
+    def record(self, sealing: Sealing) -> Record:
+        return Record(self.topic, self.key, self.value, self.headers)
+
+
+@dataclass(frozen=True)
 class Sealing:
     """What every record of a stage gets: results a signature; dead letters their payload
     only where ``keep_payloads``; audit records pseudonyms for their identities where
@@ -116,5 +131,5 @@ def ending(names: TopicNames, reply_to: str, result: InferenceResult, audit: Aud
     return outputs
 
 
-def records(outputs: list[Output], sealing: Sealing) -> list[Record]:
+def records(outputs: list[Output | Encoded], sealing: Sealing) -> list[Record]:
     return [o.record(sealing) for o in outputs]

@@ -30,11 +30,11 @@ def test_a_good_request_is_forwarded_to_its_models_work_topic(ctx):
     d = decide(_payload(request), _origin(), ctx)
     assert isinstance(d, Forward)
     assert d.topic == "kip.work.digits.standard"
-    assert d.work.request == request and d.work.route.model_name == "digits"
-    assert len(d.work.route.artifact_sha256) == 64 and d.work.route.model_version
+    assert d.work_item.request == request and d.work_item.route.model_name == "digits"
+    assert len(d.work_item.route.artifact_sha256) == 64 and d.work_item.route.model_version
     assert d.audit.decision == "routed" and not d.audit.final
-    assert d.audit.reason == f"digits routed to digits@{d.work.route.model_version}"
-    assert d.audit.request_sha256 == d.work.request_sha256 == request_sha256(_payload(request))
+    assert d.audit.reason == f"digits routed to digits@{d.work_item.route.model_version}"
+    assert d.audit.request_sha256 == d.work_item.request_sha256 == request_sha256(_payload(request))
 
 
 def _rejected(d, code: str, status=Status.REJECTED) -> Reject:
@@ -112,7 +112,7 @@ def test_an_invalid_request_keeps_its_id_for_correlation(ctx):
 def test_forwarded_work_carries_the_class_default_deadline(ctx):
     request = signer().request("digits", PIXELS, priority="interactive", issued_at_ms=NOW_MS)
     d = decide(_payload(request), _origin("interactive"), ctx)
-    assert d.work.deadline_ms == NOW_MS + 2_000
+    assert d.work_item.deadline_ms == NOW_MS + 2_000
 
 
 def test_an_oversized_message_is_rejected_unparsed_using_its_headers(ctx):
@@ -172,7 +172,7 @@ def test_an_overloaded_model_degrades_to_its_fallback(ctx, small_registry, tmp_p
     request = signer().request("digits", PIXELS, priority="interactive", issued_at_ms=NOW_MS)
     d = decide(_payload(request), _origin("interactive"), ctx)
     assert isinstance(d, Forward) and d.topic == "kip.work.digits-small.interactive"
-    assert d.work.route.fallback_from == "digits" and d.audit.decision == "degraded"
+    assert d.work_item.route.fallback_from == "digits" and d.audit.decision == "degraded"
     assert d.audit.fallback_from == "digits"
     only_digits = ctx.access.model_copy(update={"tenants": {
         "acme": TenantPolicy(models=["digits"])}})
