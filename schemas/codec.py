@@ -1,11 +1,16 @@
-"""orjson encoding of kip messages, and the Kafka headers that go with them."""
+"""JSON encoding of kip messages, and the Kafka headers that go with them.
+
+``encode`` has pydantic-core write a message's JSON straight from the model. Dumping the
+model to a dict and handing that to orjson gives the same bytes, but costs ~4x as much
+where the encoded messages stay alive a while, as a round's do until its transaction
+commits: 5.3 µs against 1.3 µs per audit record, 200 of them alive at once.
+"""
 
 from __future__ import annotations
 
 import time
 from typing import TypeVar
 
-import orjson
 from pydantic import ValidationError
 
 from schemas.errors import InvalidRequest
@@ -32,7 +37,7 @@ MODEL_HEADER = "kip-model"
 
 def encode(message: Message) -> bytes:
     """The message as compact JSON bytes (absent optional fields left out)."""
-    return orjson.dumps(message.model_dump(mode="json", exclude_none=True))
+    return message.__pydantic_serializer__.to_json(message, exclude_none=True)
 
 
 def decode(cls: type[M], payload: bytes) -> M:
