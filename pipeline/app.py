@@ -279,10 +279,9 @@ async def publish(transactions: PartitionTransactions, state: PipelineState, eve
         next(iter(entries.values()))[-1][0].outputs.extend(extra)
     done = await asyncio.gather(*(transactions.commit(tp, [e for e, _ in pairs])
                                   for tp, pairs in entries.items()))
-    for pairs, committed in zip(entries.values(), done):
-        for _, d in pairs if committed else ():
-            model = d.audit.model_name or state.router.known(d.audit.model)
-            metrics.count_outcome("pipeline", d.audit, model)
+    metrics.count_outcomes("pipeline", [
+        (d.audit, d.audit.model_name or state.router.known(d.audit.model))
+        for pairs, committed in zip(entries.values(), done) if committed for _, d in pairs])
 
 
 def run(settings: PipelineSettings) -> None:

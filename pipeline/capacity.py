@@ -25,11 +25,13 @@ class CapacityView:
     def __init__(self) -> None:
         self.workers: dict[str, WorkerTelemetry] = {}
         self._sent: dict[str, dict[Priority, int]] = defaultdict(lambda: defaultdict(int))
+        self._serving: dict[tuple[str, int], list[WorkerTelemetry]] = {}
 
     def update(self, worker_id: str, telemetry: WorkerTelemetry | None,
                now_ms: int | None = None) -> bool:
         """Apply one telemetry record (``None``: the worker left); with ``now_ms``, one
         dated outside the live window is ignored. Returns whether it was applied."""
+        self._serving.clear()
         if telemetry is None:
             self.workers.pop(worker_id, None)
             return True
@@ -42,17 +44,29 @@ class CapacityView:
     def refusal(self, model: str, version: str, now_ms: int) -> str | None:
         """Why ``model@version`` cannot run, where every live worker of the model has
         refused to load it (over its memory budget); None otherwise."""
-        serving = [t for t in self.workers.values() if t.model == model and live(t, now_ms)]
+        serving = self.serving(model, now_ms)
         if serving and all(version in t.refused for t in serving):
             return serving[0].refused[version]
         return None
+
+    def serving(self, model: str, now_ms: int) -> list[WorkerTelemetry]:
+        """The live workers of ``model`` at ``now_ms`` (kept until the next telemetry or
+        another time: a round decides all its requests at one ``now_ms``)."""
+        key = (model, now_ms)
+        found = self._serving.get(key)
+        if found is None:
+            if len(self._serving) > 256:
+                self._serving.clear()
+            found = self._serving[key] = [t for t in self.workers.values()
+                                          if t.model == model and live(t, now_ms)]
+        return found
 
     def forwarded(self, model: str, priority: Priority) -> None:
         self._sent[model][priority] += 1
 
     def estimate_wait_ms(self, model: str, priority: Priority, now_ms: int) -> float | None:
         """Milliseconds a new request would wait; ``None`` when nothing is known yet."""
-        serving = [t for t in self.workers.values() if t.model == model and live(t, now_ms)]
+        serving = self.serving(model, now_ms)
         rate = sum(t.requests_per_s for t in serving)
         if not serving or rate <= 0:
             return None

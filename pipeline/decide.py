@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from pipeline.access import (DEFAULT_REPLAY_WINDOW_MS, AccessConfig, authenticate, authorize,
                              may_use)
@@ -62,7 +62,7 @@ class Origin(Coordinates):
                 return v.decode("utf-8", "replace") if v is not None else None
         return None
 
-    @property
+    @cached_property
     def tp(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
 

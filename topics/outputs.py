@@ -31,6 +31,12 @@ class Record(NamedTuple):
     headers: list
     partition: int | None = None   # None: by key, or any (``any_partition``)
 
+    def with_header(self, header: tuple[str, bytes]) -> Record:
+        """This record with one more header (its own list of them: a retried
+        transaction links the same records again)."""
+        topic, key, value, headers, partition = self
+        return Record(topic, key, value, [*headers, header], partition)
+
 
 @dataclass(frozen=True)
 class Output:
@@ -102,12 +108,12 @@ class Chaining:
         for record in records:
             if record.topic == self.topic:
                 header, head = head.link(record.value or b"")
-                record = record._replace(headers=[*record.headers, header])
+                record = record.with_header(header)
                 last = len(linked)
             linked.append(record)
         if last is not None:
             seal = (SEAL_HEADER, self.signer.signature(seal_message(head.last)).encode())
-            linked[last] = linked[last]._replace(headers=[*linked[last].headers, seal])
+            linked[last] = linked[last].with_header(seal)
         return linked, head
 
 

@@ -132,10 +132,10 @@ class _Revocations(ConsumerRebalanceListener):
 
 def _observe(outputs: list[Output], model: str) -> None:
     """Count a committed request once, by its final audit record, with its latencies."""
+    metrics.count_outcomes("worker", [(output.message, model) for output in outputs
+                                      if isinstance(output.message, AuditRecord)])
     for output in outputs:
-        if isinstance(output.message, AuditRecord):
-            metrics.count_outcome("worker", output.message, model)
-        elif isinstance(output.message, InferenceResult):
+        if isinstance(output.message, InferenceResult):
             metrics.observe_latency(output.message, model)
             HEALTH.observe(output.message)
 
