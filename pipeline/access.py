@@ -71,7 +71,7 @@ def authenticate(request: InferenceRequest, access: AccessConfig, now_ms: int,
     ok = signature_matches(
         key.secret.get_secret_value().encode(), request.signature,
         request_id=request.request_id, tenant=request.tenant, key_id=request.key_id,
-        issued_at_ms=request.issued_at_ms, priority=request.priority.value,
+        issued_at_ms=request.issued_at_ms, priority=request.priority,
         model=request.model, deadline_ms=request.deadline_ms, reply_to=request.reply_to,
         inputs=request.inputs)
     if not ok:

@@ -54,11 +54,11 @@ def check_payload_size(size: int, priority: Priority | str, policy: AdmissionPol
                        model_limit: int | None = None) -> None:
     """Raise ``PayloadTooLarge`` for a message over its class (or known model) limit."""
     limit = policy.of(priority).max_payload_bytes
-    if model_limit is not None and model_limit < limit:
-        limit, what = model_limit, "model"
-    else:
-        what = f"{priority_of(priority).value} class"
+    by_model = model_limit is not None and model_limit < limit
+    if by_model:
+        limit = model_limit
     if size > limit:
+        what = "model" if by_model else f"{priority_of(priority)} class"
         raise PayloadTooLarge(f"the message is {size} bytes; the {what} allows {limit}")
 
 

@@ -61,11 +61,14 @@ def type_headers(cls: type[Message], traceparent: str | None = None
                  ) -> list[tuple[str, bytes]]:
     """The headers every message of ``cls`` carries: its type, its schema version and,
     when there is one, the trace context."""
-    out = [(TYPE_HEADER, MESSAGE_TYPES[cls].encode()),
-           (VERSION_HEADER, str(cls.model_fields["schema_version"].default).encode())]
+    out = list(_TYPE_HEADERS[cls])
     if traceparent:
         out.append((TRACE_HEADER, traceparent.encode()))
     return out
+
+
+_TYPE_HEADERS = {cls: ((TYPE_HEADER, name.encode()), (VERSION_HEADER, str(
+    cls.model_fields["schema_version"].default).encode())) for cls, name in MESSAGE_TYPES.items()}
 
 
 def now_ms() -> int:

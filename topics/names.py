@@ -15,10 +15,10 @@ class TopicNames:
     prefix: str = "kip"
 
     def requests(self, priority: Priority | str) -> str:
-        return f"{self.prefix}.requests.{priority_of(priority).value}"
+        return f"{self.prefix}.requests.{priority_of(priority)}"
 
     def work(self, model: str, priority: Priority | str) -> str:
-        return f"{self.prefix}.work.{model}.{priority_of(priority).value}"
+        return f"{self.prefix}.work.{model}.{priority_of(priority)}"
 
     @property
     def results(self) -> str:
@@ -57,7 +57,7 @@ class TopicNames:
     def admitted(self, priority: Priority | str) -> str:
         """The ids the pipeline admitted from ``requests(priority)``, partition by
         partition: what replay protection rebuilds from (pipeline/replays.py)."""
-        return f"{self.prefix}.admitted.{priority_of(priority).value}"
+        return f"{self.prefix}.admitted.{priority_of(priority)}"
 
     @property
     def releases(self) -> str:
