@@ -100,6 +100,7 @@ class Forward:
 
     def outputs(self, names: TopicNames) -> list[Output | Encoded]:
         trace = self.audit.traceparent
+        # keyed by request id, as every record of a request is
         work = Encoded(self.topic, self.audit.request_id.encode(), self.work,
                        type_headers(WorkItem, trace))
         return [work, Output(names.audit, self.audit, trace)]

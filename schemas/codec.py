@@ -30,6 +30,9 @@ MESSAGE_TYPES: dict[type[Message], str] = {
 TYPE_HEADER = "kip-type"
 VERSION_HEADER = "kip-schema-version"
 TRACE_HEADER = "traceparent"
+# A message type's type and schema-version headers, built once: every record carries them.
+_TYPE_HEADERS = {cls: ((TYPE_HEADER, name.encode()), (VERSION_HEADER, str(
+    cls.model_fields["schema_version"].default).encode())) for cls, name in MESSAGE_TYPES.items()}
 # Set by producers so the pipeline can answer an oversized request without parsing it.
 REQUEST_ID_HEADER = "kip-request-id"
 MODEL_HEADER = "kip-model"
@@ -65,10 +68,6 @@ def type_headers(cls: type[Message], traceparent: str | None = None
     if traceparent:
         out.append((TRACE_HEADER, traceparent.encode()))
     return out
-
-
-_TYPE_HEADERS = {cls: ((TYPE_HEADER, name.encode()), (VERSION_HEADER, str(
-    cls.model_fields["schema_version"].default).encode())) for cls, name in MESSAGE_TYPES.items()}
 
 
 def now_ms() -> int:
