@@ -100,7 +100,7 @@ class Forward:
 
     def outputs(self, names: TopicNames) -> list[Output | Encoded]:
         trace = self.audit.traceparent
-        # keyed by request id, as every record of a request is
+        # keyed by its request id, as key_of keys work items (topics/outputs.py)
         work = Encoded(self.topic, self.audit.request_id.encode(), self.work,
                        type_headers(WorkItem, trace))
         return [work, Output(names.audit, self.audit, trace)]
