@@ -132,6 +132,7 @@ def create_app(settings: PipelineSettings) -> faust.App:
     app.transport.Consumer = TransactionalConsumer
     state = PipelineState(settings)
     app.task(_follow(state))
+    app.task(_settle(state))
     app.task(_health_gate(state))
     for priority in settings.classes:
         topic = app.topic(settings.names.requests(priority), key_serializer="raw",
@@ -185,6 +186,15 @@ def _follow(state: PipelineState):
     return follow
 
 
+def _settle(state: PipelineState):
+    """Once the views have caught up, settle the collector (runtime/collector.py): once
+    per process, however many agents it runs."""
+    async def settle() -> None:
+        await state.ready()
+        collector.settle()
+    return settle
+
+
 def _health_gate(state: PipelineState):
     """Every ``HEALTH_GATE_S``: a canary doing worse than its stable version is rolled
     back (pipeline/health.py), the reason on the release record."""
@@ -225,7 +235,6 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
         log.info("agent waits for the control and telemetry views")
         await state.ready()
         log.info("agent admits requests")
-        collector.settle()   # once started: runtime/collector.py
         try:
             async for events in rounds(stream, settings.take_max, within_s):
                 await state.claim({TopicPartition(e.message.topic, e.message.partition)
