@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -39,6 +41,38 @@ from workers.settings import WorkerSettings
 BACKGROUND_NICE = 10
 
 
+class Gate:
+    """Batches being answered, any number at once, and the revocation that waits for
+    them all to finish and holds new ones off while it runs."""
+
+    def __init__(self) -> None:
+        self._answering = 0
+        self._idle, self._open = asyncio.Event(), asyncio.Event()
+        self._idle.set()
+        self._open.set()
+
+    @asynccontextmanager
+    async def answering(self) -> AsyncIterator[None]:
+        await self._open.wait()
+        self._answering += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._answering -= 1
+            if not self._answering:
+                self._idle.set()
+
+    @asynccontextmanager
+    async def closed(self) -> AsyncIterator[None]:
+        self._open.clear()
+        try:
+            await self._idle.wait()
+            yield
+        finally:
+            self._open.set()
+
+
 @dataclass
 class Lane:
     name: str
@@ -47,7 +81,7 @@ class Lane:
     executor: ThreadPoolExecutor
     transactions: PartitionTransactions
     sealing: Sealing
-    busy: asyncio.Lock = field(default_factory=asyncio.Lock)
+    gate: Gate = field(default_factory=Gate)
     committing: list[asyncio.Task] = field(default_factory=list)
 
     def commit(self, batch: list[ConsumerRecord], answers: dict[int, list[Output]]) -> None:
@@ -120,7 +154,7 @@ class _Revocations(ConsumerRebalanceListener):
 
     async def on_partitions_revoked(self, revoked) -> None:
         metrics.PARTITIONS_REVOKED.labels(self.lane.transactions.group_id).inc(len(revoked))
-        async with self.lane.busy:
+        async with self.lane.gate.closed():
             if self.lane.committing:   # their errors are the loop's to raise
                 await asyncio.wait(self.lane.committing)
             for tp in revoked:

@@ -115,21 +115,46 @@ class Worker:
         return self.settings.max_batch or self.sessions.max_batch
 
     async def _loop(self, lane: Lane, prioritizer: Prioritizer | None = None) -> None:
-        """Fetch a batch, answer it, start its commits; until cancelled."""
-        while True:
-            if prioritizer is not None:
-                await prioritizer.apply()
-            pull = self._pull(lane)
-            batch = await next_batch(lane.consumer, pull, self._delay_ms(lane))
-            if not batch:
-                self.throughput.batch_done(lane.name, 0, 0, pull)
-                await lane.settle()   # surface a failed commit even when idle
-                continue
-            async with lane.busy:
-                inferred = await self.process(batch, lane)
-            self.throughput.batch_done(lane.name, len(batch), inferred, pull)
-            if prioritizer is not None:
-                prioritizer.served({self.topic_class[r.topic] for r in batch})
+        """Fetch a batch, answer it, start its commits; until cancelled.
+
+        The background lane reads one batch ahead: the next batch is fetched, decoded and
+        queued for the inference thread while this one runs, so the thread goes from one
+        batch to the next without waiting for the event loop to fetch, decode, build
+        outputs and start commits in between. The interactive lane answers what came
+        while it was busy in one call instead."""
+        ahead = prioritizer is not None
+        answering: list[asyncio.Task] = []   # oldest first; at most two with ``ahead``
+        try:
+            while True:
+                if prioritizer is not None:
+                    await prioritizer.apply()
+                pull = self._pull(lane)
+                batch = await next_batch(lane.consumer, pull, self._delay_ms(lane))
+                if not batch:
+                    while answering:
+                        await answering.pop(0)
+                    self.throughput.batch_done(lane.name, 0, 0, pull)
+                    await lane.settle()   # surface a failed commit even when idle
+                    continue
+                before = answering[-1] if answering else None
+                answering.append(asyncio.create_task(
+                    self._answer(batch, lane, pull, before, prioritizer)))
+                while len(answering) > (1 if ahead else 0):
+                    await answering[0]   # raises what it raised
+                    answering.pop(0)
+        finally:
+            for task in answering:
+                task.cancel()
+
+    async def _answer(self, batch: list[ConsumerRecord], lane: Lane, pull: int,
+                      before: asyncio.Task | None, prioritizer: Prioritizer | None) -> None:
+        """One batch, answered once ``before`` (the previous batch) has started its
+        commits, so each partition's transactions stay in order."""
+        async with lane.gate.answering():
+            inferred = await self.process(batch, lane, before)
+        self.throughput.batch_done(lane.name, len(batch), inferred, pull)
+        if prioritizer is not None:
+            prioritizer.served({self.topic_class[r.topic] for r in batch})
 
     def _pull(self, lane: Lane) -> int:
         """Records one batch of ``lane`` takes (answered, then committed together)."""
@@ -141,10 +166,11 @@ class Worker:
         s = self.settings
         return s.interactive_max_delay_ms if lane.name == "interactive" else s.max_delay_ms
 
-    async def process(self, batch: list[ConsumerRecord], lane: Lane) -> int:
+    async def process(self, batch: list[ConsumerRecord], lane: Lane,
+                      before: asyncio.Task | None = None) -> int:
         """Answer ``batch`` class by class, highest first; each class starts to commit
-        once answered, after the previous batch's commits have finished. Returns how many
-        requests ran inference."""
+        once answered, after the previous batch (``before``) has started its commits and
+        they have finished. Returns how many requests ran inference."""
         pulled, inferred, s = float(now_ms()), 0, self.settings
         for n, (priority, records) in enumerate(by_class(batch, self.topic_class)):
             how = Answering(self.model, self.stamp_keys, self.sessions, lane.executor,
@@ -154,6 +180,8 @@ class Worker:
             answers = await answer(records, pulled, how)
             inferred += sum(ran_inference(outputs) for outputs in answers.values())
             if n == 0:
+                if before is not None:
+                    await asyncio.wait([before])   # its errors are the loop's to raise
                 await lane.settle()
             lane.commit(records, answers)
         return inferred

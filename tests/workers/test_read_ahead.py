@@ -1,0 +1,92 @@
+"""The background lane reads one batch ahead: the next batch is decoded and queued for
+the inference thread while the current one runs, and each partition's transactions
+still commit in offset order, every request answered once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from schemas.codec import encode, headers
+from schemas.messages import InferenceResult, Priority
+from schemas.stamps import stamped
+from tests.e2e.conftest import read_topic
+from tests.workers.test_long_batches import _work_item
+from topics.admin import apply
+from topics.catalogue import catalogue
+from topics.names import TopicNames
+from workers.settings import WorkerSettings
+from workers.worker import Worker
+
+pytestmark = pytest.mark.broker
+REQUESTS, PULL, CALL_S = 16, 4, 0.2
+
+
+def _slowed(run):
+    def slow(batch):
+        time.sleep(CALL_S)
+        return run(batch)
+    return slow
+
+
+@pytest.mark.timeout(120)
+def test_the_next_batch_waits_in_line_and_commits_in_order(broker, registry, prefix,
+                                                           tmp_path):
+    names = TopicNames(prefix)
+
+    async def scenario():
+        await apply(broker.kafka, catalogue(names, ["digits"]))
+        settings = WorkerSettings(home=tmp_path, bootstrap=broker.bootstrap,
+                                  topic_prefix=prefix, registry_dir=registry.root,
+                                  model="digits", max_batch=PULL, background_pull=PULL,
+                                  background_min_batch=PULL)
+        settings.ensure_keys()
+        async with Worker(settings) as worker:
+            for session in worker.sessions.loaded.values():
+                session.run = _slowed(session.run)
+            commits, answering = _watch(worker)
+            items = [stamped(_work_item(registry, names), settings.stamp_keys())
+                     for _ in range(REQUESTS)]
+            async with AIOKafkaProducer(bootstrap_servers=broker.bootstrap) as producer:
+                for item in items:   # one partition: its transactions must stay in order
+                    await producer.send(names.work("digits", Priority.STANDARD),
+                                        encode(item), partition=0, headers=headers(item))
+            for _ in range(60):
+                results = await read_topic(broker.kafka, names.results)
+                if len(results) >= REQUESTS:
+                    break
+                await asyncio.sleep(0.5)
+        decoded = [InferenceResult.model_validate_json(r.value) for r in results]
+        assert sorted(r.request_id for r in decoded if r.status == "ok") == sorted(
+            i.request.request_id for i in items)
+        assert [first for first, _ in commits] == sorted(first for first, _ in commits)
+        assert all(last + 1 == first for (_, last), (first, _) in zip(commits, commits[1:]))
+        assert answering["most"] == 2, "no batch was read ahead"
+    asyncio.run(scenario())
+
+
+def _watch(worker: Worker) -> tuple[list[tuple[int, int]], dict[str, int]]:
+    """The background lane's commits (first and last offset, in call order) and the
+    most batches it answered at once."""
+    background = worker.lanes[1].transactions
+    commits: list[tuple[int, int]] = []
+    answering = {"now": 0, "most": 0}
+    commit, process = background.commit, worker.process
+
+    async def counted_commit(tp, entries):
+        commits.append((entries[0].offset, entries[-1].offset))
+        return await commit(tp, entries)
+
+    async def counted_process(batch, lane, before=None):
+        answering["now"] += 1
+        answering["most"] = max(answering["most"], answering["now"])
+        try:
+            return await process(batch, lane, before)
+        finally:
+            answering["now"] -= 1
+    background.commit = counted_commit
+    worker.process = counted_process
+    return commits, answering
