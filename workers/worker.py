@@ -117,13 +117,13 @@ class Worker:
     async def _loop(self, lane: Lane, prioritizer: Prioritizer | None = None) -> None:
         """Fetch a batch, answer it, start its commits; until cancelled.
 
-        The background lane reads one batch ahead: the next batch is fetched, decoded and
-        queued for the inference thread while this one runs, so the thread goes from one
-        batch to the next without waiting for the event loop to fetch, decode, build
-        outputs and start commits in between. The interactive lane answers what came
-        while it was busy in one call instead."""
-        ahead = prioritizer is not None
-        answering: list[asyncio.Task] = []   # oldest first; at most two with ``ahead``
+        Behind a full pull, the background lane reads one batch ahead: the next batch is
+        fetched, decoded and queued for the inference thread while this one runs, so the
+        thread goes from one batch to the next without waiting for the event loop to
+        fetch, decode, build outputs and start commits in between. Behind a short pull
+        (no backlog) it waits, so the next batch gathers what arrives meanwhile, as the
+        interactive lane always does."""
+        answering: list[asyncio.Task] = []   # oldest first; at most two
         try:
             while True:
                 if prioritizer is not None:
@@ -139,6 +139,7 @@ class Worker:
                 before = answering[-1] if answering else None
                 answering.append(asyncio.create_task(
                     self._answer(batch, lane, pull, before, prioritizer)))
+                ahead = prioritizer is not None and len(batch) >= pull
                 while len(answering) > (1 if ahead else 0):
                     await answering[0]   # raises what it raised
                     answering.pop(0)
