@@ -9,7 +9,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from schemas.codec import encode, headers
-from schemas.messages import InferenceResult, Priority
+from schemas.messages import InferenceResult, Priority, WorkItem
 from schemas.stamps import stamped
 from tests.e2e.conftest import read_topic
 from tests.workers.test_long_batches import _work_item
@@ -29,12 +29,9 @@ def test_a_pull_runs_in_calls_of_max_batch_and_commits_once(broker, registry, pr
     names = TopicNames(prefix)
 
     async def scenario():
-        await apply(broker.kafka, catalogue(names, ["digits"]))
-        settings = WorkerSettings(home=tmp_path, bootstrap=broker.bootstrap,
-                                  topic_prefix=prefix, registry_dir=registry.root,
-                                  model="digits", max_batch=CALL, background_pull=PULL,
-                                  max_delay_ms=5_000, background_min_batch=CALL)
-        settings.ensure_keys()
+        settings = await _digits_worker(broker, registry, names, tmp_path, max_batch=CALL,
+                                        background_pull=PULL, max_delay_ms=5_000,
+                                        background_min_batch=CALL)
         async with Worker(settings) as worker:
             background = worker.lanes[1].transactions
             commits, commit = [], background.commit
@@ -43,21 +40,39 @@ def test_a_pull_runs_in_calls_of_max_batch_and_commits_once(broker, registry, pr
                 commits.append(len(entries))
                 return await commit(tp, entries)
             background.commit = counted
-            items = [stamped(_work_item(registry, names), settings.stamp_keys())
-                     for _ in range(REQUESTS)]
-            async with AIOKafkaProducer(bootstrap_servers=broker.bootstrap) as producer:
-                for item in items:   # one partition: one transaction for the pull
-                    await producer.send(names.work("digits", Priority.STANDARD),
-                                        encode(item), partition=0, headers=headers(item))
-            for _ in range(60):
-                results = await read_topic(broker.kafka, names.results)
-                if len(results) >= REQUESTS:
-                    break
-                await asyncio.sleep(0.5)
-        decoded = [InferenceResult.model_validate_json(r.value) for r in results]
+            items, decoded = await _answered_from_one_partition(broker, registry, names,
+                                                                settings, REQUESTS)
         assert sorted(r.request_id for r in decoded if r.status == "ok") == sorted(
             i.request.request_id for i in items)
         calls = {r.timings.inference_started_at_ms: r.batch_size for r in decoded}
         assert sorted(calls.values()) == [CALL] * (REQUESTS // CALL)
         assert commits == [REQUESTS]
     asyncio.run(scenario())
+
+
+async def _digits_worker(broker, registry, names: TopicNames, home, **options
+                         ) -> WorkerSettings:
+    """The topics, and settings for a digits worker on them."""
+    await apply(broker.kafka, catalogue(names, ["digits"]))
+    settings = WorkerSettings(home=home, bootstrap=broker.bootstrap, topic_prefix=names.prefix,
+                              registry_dir=registry.root, model="digits", **options)
+    settings.ensure_keys()
+    return settings
+
+
+async def _answered_from_one_partition(broker, registry, names: TopicNames,
+                                       settings: WorkerSettings, count: int
+                                       ) -> tuple[list[WorkItem], list[InferenceResult]]:
+    """``count`` standard work items sent to partition 0, and the results read back
+    once there are as many (or after 30 s)."""
+    items = [stamped(_work_item(registry, names), settings.stamp_keys()) for _ in range(count)]
+    async with AIOKafkaProducer(bootstrap_servers=broker.bootstrap) as producer:
+        for item in items:
+            await producer.send(names.work("digits", Priority.STANDARD), encode(item),
+                                partition=0, headers=headers(item))
+    for _ in range(60):
+        results = await read_topic(broker.kafka, names.results)
+        if len(results) >= count:
+            break
+        await asyncio.sleep(0.5)
+    return items, [InferenceResult.model_validate_json(r.value) for r in results]

@@ -39,9 +39,9 @@ def _work_item(registry, names: TopicNames) -> WorkItem:
                     deadline_ms=request.deadline_ms)
 
 
-def _slowed(run):
+def _slowed(run, seconds: float = INFERENCE_S):
     def slow(batch):
-        time.sleep(INFERENCE_S)
+        time.sleep(seconds)
         return run(batch)
     return slow
 

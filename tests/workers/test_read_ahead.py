@@ -5,31 +5,16 @@ still commit in offset order, every request answered once."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
-from aiokafka import AIOKafkaProducer
 
-from schemas.codec import encode, headers
-from schemas.messages import InferenceResult, Priority
-from schemas.stamps import stamped
-from tests.e2e.conftest import read_topic
-from tests.workers.test_long_batches import _work_item
-from topics.admin import apply
-from topics.catalogue import catalogue
+from tests.workers.test_background_pull import _answered_from_one_partition, _digits_worker
+from tests.workers.test_long_batches import _slowed
 from topics.names import TopicNames
-from workers.settings import WorkerSettings
 from workers.worker import Worker
 
 pytestmark = pytest.mark.broker
 REQUESTS, PULL, CALL_S = 16, 4, 0.2
-
-
-def _slowed(run):
-    def slow(batch):
-        time.sleep(CALL_S)
-        return run(batch)
-    return slow
 
 
 @pytest.mark.timeout(120)
@@ -38,28 +23,14 @@ def test_the_next_batch_waits_in_line_and_commits_in_order(broker, registry, pre
     names = TopicNames(prefix)
 
     async def scenario():
-        await apply(broker.kafka, catalogue(names, ["digits"]))
-        settings = WorkerSettings(home=tmp_path, bootstrap=broker.bootstrap,
-                                  topic_prefix=prefix, registry_dir=registry.root,
-                                  model="digits", max_batch=PULL, background_pull=PULL,
-                                  background_min_batch=PULL)
-        settings.ensure_keys()
+        settings = await _digits_worker(broker, registry, names, tmp_path, max_batch=PULL,
+                                        background_pull=PULL, background_min_batch=PULL)
         async with Worker(settings) as worker:
             for session in worker.sessions.loaded.values():
-                session.run = _slowed(session.run)
+                session.run = _slowed(session.run, CALL_S)
             commits, answering = _watch(worker)
-            items = [stamped(_work_item(registry, names), settings.stamp_keys())
-                     for _ in range(REQUESTS)]
-            async with AIOKafkaProducer(bootstrap_servers=broker.bootstrap) as producer:
-                for item in items:   # one partition: its transactions must stay in order
-                    await producer.send(names.work("digits", Priority.STANDARD),
-                                        encode(item), partition=0, headers=headers(item))
-            for _ in range(60):
-                results = await read_topic(broker.kafka, names.results)
-                if len(results) >= REQUESTS:
-                    break
-                await asyncio.sleep(0.5)
-        decoded = [InferenceResult.model_validate_json(r.value) for r in results]
+            items, decoded = await _answered_from_one_partition(broker, registry, names,
+                                                                settings, REQUESTS)
         assert sorted(r.request_id for r in decoded if r.status == "ok") == sorted(
             i.request.request_id for i in items)
         assert [first for first, _ in commits] == sorted(first for first, _ in commits)
