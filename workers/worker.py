@@ -149,8 +149,8 @@ class Worker:
 
     async def _answer(self, batch: list[ConsumerRecord], lane: Lane, pull: int,
                       before: asyncio.Task | None, prioritizer: Prioritizer | None) -> None:
-        """One batch, answered once ``before`` (the previous batch) has started its
-        commits, so each partition's transactions stay in order."""
+        """One batch, answered; its commits wait for ``before`` (the previous batch) to
+        start and finish its own, so each partition's transactions stay in order."""
         async with lane.gate.answering():
             inferred = await self.process(batch, lane, before)
         self.throughput.batch_done(lane.name, len(batch), inferred, pull)
