@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from devkit.arguments import count, zero_or_more
 from devkit.bursts import (INPUTS, Interactive, burst_from_child, bursts_reply_topic,
                            start_interactive)
 from devkit.stack import dev_client, dev_spec, own_stack
@@ -28,9 +29,9 @@ from runtime.settings import KipSettings
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", choices=sorted(INPUTS), default="digits")
-    p.add_argument("--requests", type=int, default=5_000, help="standard requests a burst")
-    p.add_argument("--in-flight", type=int, default=0, help="at a time (0: all)")
-    p.add_argument("--bursts", type=int, default=2)
+    p.add_argument("--requests", type=count, default=5_000, help="standard requests a burst")
+    p.add_argument("--in-flight", type=zero_or_more, default=0, help="at a time (0: all)")
+    p.add_argument("--bursts", type=count, default=2)
     p.add_argument("--pause-s", type=float, default=5.0, help="between bursts")
     p.add_argument("--interactive-rate", type=float, default=20.0, help="requests/s")
     p.add_argument("--steady-s", type=float, default=10.0)

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import numpy as np
 from aiokafka import TopicPartition
 
+from devkit.arguments import count
 from pipeline.access import AccessConfig, ApiKey, authenticate
 from pipeline.replays import SeenRequests
 from schemas.codec import encode
@@ -34,8 +35,8 @@ WINDOW_MS = 300_000
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--repeat", type=int, default=3000, help="timed calls per figure")
-    p.add_argument("--seen", type=int, default=100_000,
+    p.add_argument("--repeat", type=count, default=3000, help="timed calls per figure")
+    p.add_argument("--seen", type=count, default=100_000,
                    help="ids already in the replay window when the replay check is timed")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from devkit.arguments import count, zero_or_more
 from devkit import floors
 from devkit.cpu import CpuMeter
 from devkit.loadgen import sentences
@@ -47,13 +48,13 @@ from workers.session import ModelSession
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--requests", type=int, default=3000, help="(a) single-row requests")
-    p.add_argument("--batched", type=int, default=1000, help="(b) 32-row requests")
-    p.add_argument("--sequential", type=int, default=200, help="(c) interactive requests")
-    p.add_argument("--warm-up", type=int, default=6000,
+    p.add_argument("--requests", type=count, default=3000, help="(a) single-row requests")
+    p.add_argument("--batched", type=count, default=1000, help="(b) 32-row requests")
+    p.add_argument("--sequential", type=count, default=200, help="(c) interactive requests")
+    p.add_argument("--warm-up", type=zero_or_more, default=6000,
                    help="single-row requests run before measuring, unmeasured: the broker's "
                    "JIT compiler and every cache reach their steady state")
-    p.add_argument("--floor-events", type=int, default=5000, help="(d) faust floor events")
+    p.add_argument("--floor-events", type=count, default=5000, help="(d) faust floor events")
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
                    help="registry with the reference models (default $KIP_REGISTRY_DIR)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from devkit import arguments
 from devkit.bursts import (INPUTS, Interactive, burst_from_child, bursts_reply_topic,
                            start_interactive)
 from devkit.stack import DevStack, dev_client, dev_spec, own_stack
@@ -41,8 +42,8 @@ CHANGE_WINDOW_S = 5.0
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", choices=sorted(INPUTS), default="digits")
-    p.add_argument("--requests", type=int, default=10_000, help="during the 90/10 canary")
-    p.add_argument("--after", type=int, default=1_000, help="after promote, after rollback")
+    p.add_argument("--requests", type=arguments.count, default=10_000, help="during the 90/10 canary")
+    p.add_argument("--after", type=arguments.count, default=1_000, help="after promote, after rollback")
     p.add_argument("--interactive-rate", type=float, default=20.0, help="requests/s")
     p.add_argument("--steady-s", type=float, default=20.0)
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir)

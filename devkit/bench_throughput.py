@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from devkit.arguments import count, zero_or_more
 from devkit.loadgen import sentences
 from devkit.stack import DevStack, dev_client, own_stack
 from runtime.settings import KipSettings
@@ -33,8 +34,8 @@ WORKER_ENV = {"KIP_MAX_BATCH": "32", "KIP_MAX_DELAY_MS": "5", "KIP_BACKGROUND_MA
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--requests", type=int, default=2048)
-    p.add_argument("--warm-up", type=int, default=2048,
+    p.add_argument("--requests", type=count, default=2048)
+    p.add_argument("--warm-up", type=zero_or_more, default=2048,
                    help="requests run through kip first, unmeasured: a fresh broker spends "
                    "its first seconds compiling (JIT), on the cores inference needs")
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from devkit.arguments import count, zero_or_more
 from devkit.broker import LocalBroker
 from devkit.faults_report import FaultReport, Tally, leftover_records
 from devkit.stack import DevStack, dev_client, own_stack
@@ -284,17 +285,17 @@ def _quiet(*_args) -> None:
 
 def add_arguments(p) -> None:
     d = FaultPlan()
-    p.add_argument("--requests", type=int, default=d.requests)
+    p.add_argument("--requests", type=count, default=d.requests)
     p.add_argument("--rate", type=float, default=d.rate, help="requests per second")
-    p.add_argument("--workers", type=int, default=d.workers, help="digits worker processes")
-    p.add_argument("--pipelines", type=int, default=d.pipelines, help="pipeline processes")
-    p.add_argument("--worker-kills", type=int, default=d.worker_kills)
-    p.add_argument("--worker-pauses", type=int, default=d.worker_pauses,
+    p.add_argument("--workers", type=count, default=d.workers, help="digits worker processes")
+    p.add_argument("--pipelines", type=count, default=d.pipelines, help="pipeline processes")
+    p.add_argument("--worker-kills", type=zero_or_more, default=d.worker_kills)
+    p.add_argument("--worker-pauses", type=zero_or_more, default=d.worker_pauses,
                    help="SIGSTOP past the session timeout, then SIGCONT")
-    p.add_argument("--pipeline-kills", type=int, default=d.pipeline_kills)
-    p.add_argument("--pipeline-pauses", type=int, default=d.pipeline_pauses,
+    p.add_argument("--pipeline-kills", type=zero_or_more, default=d.pipeline_kills)
+    p.add_argument("--pipeline-pauses", type=zero_or_more, default=d.pipeline_pauses,
                    help="SIGSTOP past the session timeout, then SIGCONT")
-    p.add_argument("--broker-restarts", type=int, default=d.broker_restarts)
+    p.add_argument("--broker-restarts", type=zero_or_more, default=d.broker_restarts)
     p.add_argument("--poison", type=float, default=d.poison_ratio, metavar="RATIO",
                    help="share of poison messages (e.g. 0.01)")
     p.add_argument("--seed", type=int, default=d.seed)
