@@ -51,7 +51,7 @@ from schemas.codec import now_ms
 from schemas.errors import Internal
 from schemas.messages import Priority
 from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS
-from topics.outputs import Record, records
+from topics.outputs import Record, signed_records
 from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
 
 log = logging.getLogger("kip.pipeline")
@@ -274,12 +274,14 @@ def _origin(message) -> Origin:
 async def publish(transactions: PartitionTransactions, state: PipelineState, events: list,
                   decisions: list[Decision]) -> None:
     """Commit each input partition's outputs, with the ids it admitted, and its offset
-    (the changed quota levels ride in the first transaction); count what was committed."""
+    (the changed quota levels ride in the first transaction); count what was committed.
+    The round's results (its rejections) share one signature."""
     names, sealing = state.settings.names, state.sealing
     entries: dict[TopicPartition, list[tuple[Entry, Decision]]] = {}
-    for event, d in zip(events, decisions):
+    signed = signed_records([d.outputs(names) for d in decisions], sealing)
+    for event, d, outputs in zip(events, decisions, signed):
         m = event.message
-        entry = Entry(m.offset, records(d.outputs(names), sealing))
+        entry = Entry(m.offset, outputs)
         entries.setdefault(TopicPartition(m.topic, m.partition), []).append((entry, d))
     for tp, pairs in entries.items():
         pairs[-1][0].outputs.extend(state.admitted_records(tp))

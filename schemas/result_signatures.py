@@ -1,10 +1,22 @@
 """Signed results: every result kip writes carries an Ed25519 signature, so a client can
 tell kip's answer from one written by anybody else who can write its reply topic.
 
-The signature is over ``b"kip-result-v1\\n"`` followed by the record's value bytes, as
-they are on the wire, and travels in the header
+A result written alone is signed over ``b"kip-result-v1\\n"`` followed by the record's
+value bytes, as they are on the wire, in the header
 
     kip-signature: ed25519:<key id>:<hex signature, 128 characters>
+
+The results of one worker batch share one signature: over ``b"kip-result-batch-v1\\n"``,
+the batch's size in decimal and a newline, then the root of a Merkle tree whose leaves
+are the results' value bytes (schemas/merkle.py, RFC 9162's tree). Each result carries
+its place in the batch and the path from it to that root:
+
+    kip-signature: ed25519-batch:<key id>:<hex signature>:<index>:<size>:<path, 64 hex per hash>
+
+Signing costs the worker one signature per batch instead of one per result, and a client
+verifies each signature it sees once (``ResultVerifier`` remembers the batches it has
+verified); checking a result's path is a few sha256 calls. docs/benchmarks.md has the
+figures.
 
 Clients hold the deployment's public keys (``ResultKeys``); the private key
 (``ResultSigningKey``) stays with the pipeline and the workers. A result also names the
@@ -23,6 +35,7 @@ their own.
 from __future__ import annotations
 
 import hashlib
+import re
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (Ed25519PrivateKey,
@@ -30,11 +43,21 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from schemas import merkle
 from schemas.messages import ID_PATTERN
 
 SIGNATURE_HEADER = "kip-signature"
 RESULT_SCHEME = b"kip-result-v1\n"
+BATCH_SCHEME = b"kip-result-batch-v1\n"
+MAX_BATCH = 1 << 20          # results under one signature: a path of at most 20 hashes
+REMEMBERED_BATCHES = 4096    # verified batch signatures a verifier keeps
+_PLACE = re.compile(r"[0-9]{1,7}")
 _HEX64 = r"^[0-9a-f]{64}$"
+
+
+def batch_message(size: int, root: bytes) -> bytes:
+    """What a batch's signature signs: its scheme line, its size and its tree's root."""
+    return BATCH_SCHEME + f"{size}\n".encode() + root
 
 
 def request_sha256(payload: bytes) -> str:
@@ -76,6 +99,17 @@ class ResultSigner:
         """The signature header of a result record with ``value``."""
         return SIGNATURE_HEADER, self.signature(RESULT_SCHEME + value).encode()
 
+    def headers(self, values: list[bytes]) -> list[tuple[str, bytes]]:
+        """The signature header of each result record of a batch with ``values``: one
+        signature for all of them (a lone result gets the single-result scheme)."""
+        if len(values) <= 1:
+            return [self.header(v) for v in values]
+        root, paths = merkle.root_and_paths([merkle.leaf_hash(v) for v in values])
+        size = len(values)
+        signed = f"ed25519-batch:{self.key_id}:{self._key.sign(batch_message(size, root)).hex()}"
+        return [(SIGNATURE_HEADER, f"{signed}:{i}:{size}:{b''.join(path).hex()}".encode())
+                for i, path in enumerate(paths)]
+
     def signature(self, message: bytes) -> str:
         """``ed25519:<key id>:<hex signature of message>``. Every message this key signs
         starts with its scheme's line (``kip-result-v1``, ``kip-audit-seal-v1``), so a
@@ -97,18 +131,56 @@ class ResultKeys(BaseModel):
 class ResultVerifier:
     def __init__(self, keys: dict[str, Ed25519PublicKey]) -> None:
         self._keys = keys
+        self._batches: dict[tuple[str, bytes], None] = {}   # verified: oldest first
 
     def valid(self, value: bytes, headers) -> bool:
-        """Whether ``headers`` hold a signature of ``value`` by a trusted key."""
+        """Whether ``headers`` hold a signature of ``value`` by a trusted key, alone or
+        as one of a signed batch."""
         found = [v for k, v in headers or () if k == SIGNATURE_HEADER]
-        return len(found) == 1 and self.verified(found[0].decode("ascii", "replace"),
-                                                 RESULT_SCHEME + value)
+        if len(found) != 1:
+            return False
+        signature = found[0].decode("ascii", "replace")
+        if signature.startswith("ed25519-batch:"):
+            return self._in_signed_batch(signature.removeprefix("ed25519-batch:"), value)
+        return self.verified(signature, RESULT_SCHEME + value)
+
+    def _in_signed_batch(self, fields: str, value: bytes) -> bool:
+        """``<key id>:<signature>:<index>:<size>:<path>``: the path ties ``value`` to a
+        root, and the key signed that root for a batch of that size."""
+        parts = fields.rsplit(":", 4)   # a key id may hold colons; nothing else does
+        if len(parts) != 5 or not all(_PLACE.fullmatch(n) for n in parts[2:4]):
+            return False
+        key_id, signature, index, size, path = parts
+        try:
+            hashes = bytes.fromhex(path)
+        except ValueError:
+            return False
+        if int(size) > MAX_BATCH or len(hashes) % merkle.HASH_BYTES:
+            return False
+        root = merkle.root_from_path(
+            merkle.leaf_hash(value), int(index), int(size),
+            [hashes[i:i + merkle.HASH_BYTES] for i in range(0, len(hashes), merkle.HASH_BYTES)])
+        return root is not None and self._signed(key_id, signature,
+                                                 batch_message(int(size), root))
+
+    def _signed(self, key_id: str, signature: str, message: bytes) -> bool:
+        """``verified``, remembering the batches that passed: the rest of a batch
+        costs no signature check."""
+        seen = (f"{key_id}:{signature}", message)
+        if seen in self._batches:
+            return True
+        if not self.verified(f"ed25519:{key_id}:{signature}", message):
+            return False
+        if len(self._batches) >= REMEMBERED_BATCHES:
+            del self._batches[next(iter(self._batches))]
+        self._batches[seen] = None
+        return True
 
     def verified(self, signature: str, message: bytes) -> bool:
         """Whether ``signature`` (as ``ResultSigner.signature`` writes it) is a trusted
         key's signature of ``message``."""
         scheme, _, rest = signature.partition(":")
-        key_id, _, hex_signature = rest.partition(":")
+        key_id, _, hex_signature = rest.rpartition(":")   # a key id may hold colons
         key = self._keys.get(key_id)
         if scheme != "ed25519" or key is None:
             return False

@@ -47,11 +47,14 @@ class Output:
     traceparent: str | None = None
 
     def record(self, sealing: Sealing) -> Record:
+        """The record, unsigned: ``records`` signs the results among a batch's."""
         message = sealing.kept(self.message)
-        value = encode(message)
-        extra = [sealing.signer.header(value)] if isinstance(message, InferenceResult) else []
-        return Record(self.topic, key_of(message), value,
-                      headers(message, self.traceparent) + extra)
+        return Record(self.topic, key_of(message), encode(message),
+                      headers(message, self.traceparent))
+
+    @property
+    def is_result(self) -> bool:
+        return isinstance(self.message, InferenceResult)
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ class Encoded:
 
     def record(self, sealing: Sealing) -> Record:
         return Record(self.topic, self.key, self.value, self.headers)
+
+    is_result = False
 
 
 @dataclass(frozen=True)
@@ -138,4 +143,19 @@ def ending(names: TopicNames, reply_to: str, result: InferenceResult, audit: Aud
 
 
 def records(outputs: list[Output | Encoded], sealing: Sealing) -> list[Record]:
-    return [o.record(sealing) for o in outputs]
+    """The records of ``outputs``, its results signed together."""
+    return signed_records([outputs], sealing)[0]
+
+
+def signed_records(groups: list[list[Output | Encoded]], sealing: Sealing
+                   ) -> list[list[Record]]:
+    """The records of each group of outputs (a worker batch's answers, one group per
+    request), every result among all of them under one signature: one signing for the
+    batch, and one check of it for each client that reads some of its results."""
+    built = [[o.record(sealing) for o in group] for group in groups]
+    results = [(g, i) for g, group in enumerate(groups) for i, o in enumerate(group)
+               if o.is_result]
+    signatures = sealing.signer.headers([built[g][i].value for g, i in results])
+    for (g, i), header in zip(results, signatures):
+        built[g][i] = built[g][i].with_header(header)
+    return built

@@ -32,7 +32,7 @@ from runtime import metrics
 from schemas.messages import AuditRecord, InferenceResult
 from topics.catalogue import MAX_MESSAGE_BYTES
 from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS
-from topics.outputs import Output, Sealing, records
+from topics.outputs import Output, Sealing, signed_records
 from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
 from workers.health import HEALTH
 from workers.batching import group_by
@@ -93,9 +93,10 @@ class Lane:
         """One transaction per input partition. A partition lost meanwhile is not ours to
         commit: its new owner answers those records, and we do not count them."""
         groups = group_by(batch, lambda r: TopicPartition(r.topic, r.partition))
+        signed = dict(zip(map(id, batch), signed_records([answers[id(r)] for r in batch],
+                                                         self.sealing)))
         done = await asyncio.gather(*(
-            self.transactions.commit(
-                tp, [Entry(r.offset, records(answers[id(r)], self.sealing)) for r in rs])
+            self.transactions.commit(tp, [Entry(r.offset, signed[id(r)]) for r in rs])
             for tp, rs in groups.items()))
         for rs, committed in zip(groups.values(), done):
             for r in rs if committed else ():

@@ -40,25 +40,43 @@ def test_result_signature_vector():
     assert header.decode().split(":")[2] in DOC
 
 
+def test_batch_signature_vector():
+    signer = ResultSigner("r1", Ed25519PrivateKey.from_private_bytes(bytes(range(32))))
+    values = [b'{"request_id":"req-000%d"}' % i for i in (1, 2, 3)]
+    assert signer.headers(values)[2][1].decode() in DOC
+
+
 @pytest.mark.skipif(shutil.which("node") is None, reason="no Node.js here")
-def test_the_documented_javascript_verifier_accepts_kips_result_and_nothing_else(tmp_path):
-    """The snippet of docs/protocol.md, run as printed, on a real signed result."""
+def test_the_documented_javascript_verifier_accepts_kips_results_and_nothing_else(tmp_path):
+    """The snippet of docs/protocol.md, run as printed, on real signed results: one
+    written alone, and three of a batch."""
     snippet = DOC.split("```js\n", 1)[1].split("```", 1)[0]
     key = ResultSigningKey.generate("r1")
-    sent = b'{"request": "as sent"}'
-    value = encode(InferenceResult(request_id="req-0001", status=Status.OK,
-                                   request_sha256=request_sha256(sent),
-                                   timings=Timings(total_ms=1.0), produced_at_ms=1))
-    _, header = key.signer().header(value)
-    cases = {"kip's": (value, sent), "another message's": (value, b"{}"),
-             "altered": (value.replace(b"ok", b"failed"), sent)}
+    sent = [b'{"request": "as sent %d"}' % i for i in range(4)]
+    values = [encode(InferenceResult(request_id=f"req-{i}", status=Status.OK,
+                                     request_sha256=request_sha256(sent[i]),
+                                     timings=Timings(total_ms=1.0), produced_at_ms=1))
+              for i in range(4)]
+    single = key.signer().header(values[0])[1]
+    batch = [header for _, header in key.signer().headers(values[1:])]
+    cases = {"kip's": (values[0], single, sent[0], 0),
+             "another message's": (values[0], single, b"{}", 0),
+             "altered": (values[0].replace(b"ok", b"failed"), single, sent[0], 0),
+             **{f"batch {i}": (values[i], batch[i - 1], sent[i], i) for i in (1, 2, 3)},
+             "batch, another's path": (values[2], batch[0], sent[2], 2),
+             "batch, altered": (values[3].replace(b"ok", b"failed"), batch[2], sent[3], 3),
+             "batch, signed alone": (values[1], batch[0].replace(b"ed25519-batch", b"ed25519")
+                                     .rsplit(b":", 3)[0], sent[1], 1)}
     script = snippet + "\nconst keys = {r1: '" + key.public() + "'};\n"
-    for name, (body, request) in cases.items():
+    for name, (body, header, request, i) in cases.items():
         script += (f"console.log({json.dumps(name)}, answers({{value: "
                    f"Buffer.from('{body.hex()}', 'hex'), headers: {{'kip-signature': "
                    f"Buffer.from('{header.hex()}', 'hex')}}}}, Buffer.from('{request.hex()}',"
-                   f" 'hex'), 'req-0001', keys));\n")
+                   f" 'hex'), 'req-{i}', keys));\n")
     (tmp_path / "verify.js").write_text(script)
     out = subprocess.run(["node", str(tmp_path / "verify.js")], capture_output=True,
                          text=True, check=True).stdout.split("\n")
-    assert out[:3] == ["kip's true", "another message's false", "altered false"]
+    assert out[:9] == ["kip's true", "another message's false", "altered false",
+                       "batch 1 true", "batch 2 true", "batch 3 true",
+                       "batch, another's path false", "batch, altered false",
+                       "batch, signed alone false"]

@@ -43,3 +43,40 @@ def test_audit_records_name_pseudonyms_where_the_operator_keeps_a_key():
     assert PseudonymKey.generate("p1").of("tenant", "acme") != sealed.tenant   # keyed
     plain = decode(AuditRecord, records([Output("t.audit", audit)], SEALING)[0].value)
     assert (plain.tenant, plain.key_id) == ("acme", "acme-k1")
+
+
+def _result(request_id: str) -> InferenceResult:
+    from schemas.messages import Timings
+    return InferenceResult(request_id=request_id, status=Status.OK,
+                           timings=Timings(total_ms=1.0), produced_at_ms=1)
+
+
+def test_a_batchs_results_share_one_signature_and_each_verifies_alone():
+    from schemas.result_signatures import ResultKeys
+    from topics.outputs import signed_records
+
+    groups = [[Output("t.results", _result(f"r-{i}")), Output("t.audit", _audit(f"r-{i}"))]
+              for i in range(5)]
+    built = signed_records(groups, SEALING)
+    signatures = [dict(group[0].headers)["kip-signature"].decode() for group in built]
+    assert {s.split(":")[2] for s in signatures} == {signatures[0].split(":")[2]}
+    assert [s.split(":")[3:5] for s in signatures] == [[str(i), "5"] for i in range(5)]
+    assert all("kip-signature" not in dict(group[1].headers) for group in built)
+    verifier = ResultKeys(keys={SIGNING_KEY.key_id: SIGNING_KEY.public()}).verifier()
+    fresh = ResultKeys(keys={SIGNING_KEY.key_id: SIGNING_KEY.public()}).verifier
+    assert all(fresh().valid(group[0].value, group[0].headers) for group in built)
+    assert all(verifier.valid(group[0].value, group[0].headers) for group in built)
+    swapped = built[1][0].value, built[2][0].headers
+    assert not verifier.valid(*swapped) and not fresh().valid(*swapped)
+
+
+def test_a_lone_result_keeps_the_single_result_signature():
+    (record,) = records([Output("t.results", _result("r-1"))], SEALING)
+    scheme = dict(record.headers)["kip-signature"].decode().split(":")[0]
+    assert scheme == "ed25519"
+
+
+def _audit(request_id: str):
+    from schemas.messages import AuditRecord
+    return AuditRecord(request_id=request_id, stage="worker", decision="ok", final=True,
+                       payload_bytes=0, at_ms=1)
