@@ -6,10 +6,11 @@ value bytes, as they are on the wire, in the header
 
     kip-signature: ed25519:<key id>:<hex signature, 128 characters>
 
-The results of one worker batch share one signature: over ``b"kip-result-batch-v1\\n"``,
-the batch's size in decimal and a newline, then the root of a Merkle tree whose leaves
-are the results' value bytes (schemas/merkle.py, RFC 9162's tree). Each result carries
-its place in the batch and the path from it to that root:
+The results of one batch (a worker's batch, a pipeline round's rejections) share one
+signature: over ``b"kip-result-batch-v1\\n"``, the batch's size in decimal and a
+newline, then the root of a Merkle tree whose leaves are the results' value bytes
+(schemas/merkle.py, RFC 9162's tree). Each result carries its place in the batch and
+the path from it to that root:
 
     kip-signature: ed25519-batch:<key id>:<hex signature>:<index>:<size>:<path, 64 hex per hash>
 

@@ -47,7 +47,7 @@ class Output:
     traceparent: str | None = None
 
     def record(self, sealing: Sealing) -> Record:
-        """The record, unsigned: ``records`` signs the results among a batch's."""
+        """The record, unsigned: ``signed_records`` signs the results among a batch's."""
         message = sealing.kept(self.message)
         return Record(self.topic, key_of(message), encode(message),
                       headers(message, self.traceparent))
@@ -68,10 +68,10 @@ class Encoded:
     value: bytes
     headers: list
 
+    is_result = False
+
     def record(self, sealing: Sealing) -> Record:
         return Record(self.topic, self.key, self.value, self.headers)
-
-    is_result = False
 
 
 @dataclass(frozen=True)
