@@ -34,7 +34,7 @@ import orjson
 
 from devkit.arguments import count, zero_or_more
 from devkit import floors
-from devkit.cpu import CpuMeter
+from devkit.cpu import CpuMeter, main_thread_cpu_us
 from devkit.loadgen import sentences
 from devkit.stack import DevStack, dev_client, own_stack
 from kip.client import KipClient
@@ -116,13 +116,16 @@ async def all_in_flight(kip: KipClient, pids: dict[str, int], count: int, rows: 
     ``rows`` rows submitted at once (building and signing them is the client's cost)."""
     images = np.random.default_rng(0).random((rows, 64), dtype=np.float32)
     meter = CpuMeter(pids)
+    loop = CpuMeter({"worker digits": pids["worker digits"]}, read=main_thread_cpu_us)
     meter.start()
+    loop.start()
     started = time.perf_counter()
     futures = [await kip.submit(kip.request("digits", {"pixels": images}))
                for _ in range(count)]
     results = await asyncio.wait_for(asyncio.gather(*futures), 600)
     elapsed = time.perf_counter() - started
     spent = meter.stop()
+    loop_us = loop.stop()["worker digits"] / count
     _all_ok(results)
     inference_ms = sum(r.timings.inference_ms / max(1, r.batch_size) * rows for r in results)
     per_request = {n: us / count for n, us in spent.items()}
@@ -137,7 +140,11 @@ async def all_in_flight(kip: KipClient, pids: dict[str, int], count: int, rows: 
             # session's joining and splitting of rows): what kip costs around them.
             "outside_inference_us_per_request": {
                 "worker digits": per_request["worker digits"] - inference_us,
-                "all": total - inference_us}}
+                "all": total - inference_us},
+            # The worker's main thread: fetching, checking, answering, signing and
+            # committing; not the inference thread (ONNX Runtime's run, and joining and
+            # splitting rows) nor ONNX Runtime's own threads.
+            "worker_event_loop_us_per_request": {"worker digits": loop_us}}
 
 
 def _all_ok(results: list[InferenceResult]) -> None:
@@ -244,6 +251,8 @@ def render(report: dict) -> str:
                      f"digits {outside['worker digits']:.0f} µs/request, all "
                      f"{outside['all']:.0f} µs/request, {outside['all'] / r['rows']:.1f} "
                      "µs/row")
+        loop = r["worker_event_loop_us_per_request"]["worker digits"]
+        lines.append(f"  worker digits' event loop (its main thread): {loop:.0f} µs/request")
     c = report["c_sequential"]
     lines.append("\n(c) interactive MiniLM, one at a time (ms):")
     for stage, figures in c.items():

@@ -7,7 +7,7 @@ import argparse
 import asyncio
 
 from devkit import bench_cost, floors
-from devkit.cpu import CpuMeter, cpu_us
+from devkit.cpu import CpuMeter, cpu_us, main_thread_cpu_us
 
 
 def test_the_cpu_meter_charges_a_busy_process_and_not_an_idle_one():
@@ -16,6 +16,19 @@ def test_the_cpu_meter_charges_a_busy_process_and_not_an_idle_one():
     meter.start()
     sum(i * i for i in range(2_000_000))
     assert meter.stop()["me"] > 0 and cpu_us(os.getpid()) > 0
+
+
+def test_the_main_thread_is_charged_for_its_own_work_and_not_another_threads():
+    import os
+    import threading
+    me = os.getpid()
+    whole, main = CpuMeter({"me": me}), CpuMeter({"me": me}, read=main_thread_cpu_us)
+    whole.start()
+    main.start()
+    worker = threading.Thread(target=lambda: sum(i * i for i in range(3_000_000)))
+    worker.start()
+    worker.join()
+    assert main.stop()["me"] < whole.stop()["me"] / 2
 
 
 def test_a_small_cost_run_reports_every_process_stage_and_floor(registry, capsys):
@@ -29,6 +42,8 @@ def test_a_small_cost_run_reports_every_process_stage_and_floor(registry, capsys
     outside = a["outside_inference_us_per_request"]
     assert outside["all"] == a["cpu_us_per_request"]["all"] - a["inference_wall_us_per_request"]
     assert outside["worker digits"] < a["cpu_us_per_request"]["worker digits"]
+    loop = a["worker_event_loop_us_per_request"]["worker digits"]
+    assert 0 < loop <= a["cpu_us_per_request"]["worker digits"]
     stages = report["c_sequential"]
     assert {"admission", "transport", "batch_wait", "inference", "commit_and_return",
             "raw_onnx_runtime"} <= set(stages)
