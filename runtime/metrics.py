@@ -70,12 +70,17 @@ def count_model_refused(stage: str, model: str, err) -> None:
     MODELS_REFUSED.labels(stage, model, err.reason).inc()
 
 
-def observe_latency(result: InferenceResult, model: str) -> None:
-    """End-to-end, queue and batch-wait latency of a terminal result of ``model``."""
-    t = result.timings
-    labels = (result.priority or "", model)
-    LATENCY.labels("end_to_end", *labels).observe(t.total_ms / 1000)
-    if t.queue_ms is not None:
-        LATENCY.labels("queue", *labels).observe(t.queue_ms / 1000)
-    if t.batch_wait_ms is not None:
-        LATENCY.labels("batch_wait", *labels).observe(t.batch_wait_ms / 1000)
+def observe_latencies(results: list[InferenceResult], model: str) -> None:
+    """End-to-end, queue and batch-wait latency of terminal results of ``model``. Each
+    label set is looked up once per call, not once per result (a worker batch's results
+    have one or two classes)."""
+    for priority in {r.priority for r in results}:
+        labels = (priority or "", model)
+        end_to_end, queue, batch_wait = (LATENCY.labels(stage, *labels) for stage in
+                                         ("end_to_end", "queue", "batch_wait"))
+        for t in (r.timings for r in results if r.priority == priority):
+            end_to_end.observe(t.total_ms / 1000)
+            if t.queue_ms is not None:
+                queue.observe(t.queue_ms / 1000)
+            if t.batch_wait_ms is not None:
+                batch_wait.observe(t.batch_wait_ms / 1000)

@@ -98,9 +98,8 @@ class Lane:
         done = await asyncio.gather(*(
             self.transactions.commit(tp, [Entry(r.offset, signed[id(r)]) for r in rs])
             for tp, rs in groups.items()))
-        for rs, committed in zip(groups.values(), done):
-            for r in rs if committed else ():
-                _observe(answers[id(r)], self.model)
+        _observe([answers[id(r)] for rs, committed in zip(groups.values(), done)
+                  if committed for r in rs], self.model)
 
     async def settle(self) -> None:
         """Wait for the transactions in flight; raise what they raised (a defect: Kafka
@@ -165,14 +164,16 @@ class _Revocations(ConsumerRebalanceListener):
         pass
 
 
-def _observe(outputs: list[Output], model: str) -> None:
-    """Count a committed request once, by its final audit record, with its latencies."""
-    metrics.count_outcomes("worker", [(output.message, model) for output in outputs
-                                      if isinstance(output.message, AuditRecord)])
-    for output in outputs:
-        if isinstance(output.message, InferenceResult):
-            metrics.observe_latency(output.message, model)
-            HEALTH.observe(output.message)
+def _observe(answers: list[list[Output]], model: str) -> None:
+    """Count each committed request once, by its final audit record, with its
+    latencies: once per batch, so each label set is looked up once."""
+    messages = [output.message for outputs in answers for output in outputs]
+    metrics.count_outcomes("worker", [(m, model) for m in messages
+                                      if isinstance(m, AuditRecord)])
+    results = [m for m in messages if isinstance(m, InferenceResult)]
+    metrics.observe_latencies(results, model)
+    for result in results:
+        HEALTH.observe(result)
 
 
 def _lower_thread_priority() -> None:

@@ -31,3 +31,26 @@ def test_no_decisions_count_nothing():
     before = _count("test-empty", "routed", "", "standard", "m1")
     metrics.count_outcomes("test-empty", [])
     assert _count("test-empty", "routed", "", "standard", "m1") == before
+
+
+def _latency(kind: str, priority: str, model: str) -> tuple[float, float]:
+    labels = {"kind": kind, "priority": priority, "model": model}
+    return (REGISTRY.get_sample_value("kip_latency_seconds_count", labels) or 0.0,
+            REGISTRY.get_sample_value("kip_latency_seconds_sum", labels) or 0.0)
+
+
+def test_latencies_are_observed_per_result_under_each_results_class():
+    from schemas.messages import InferenceResult, Status, Timings
+
+    def result(priority: str, queue_ms: float | None) -> InferenceResult:
+        return InferenceResult(request_id="r", status=Status.OK, priority=priority,
+                               timings=Timings(total_ms=20.0, queue_ms=queue_ms),
+                               produced_at_ms=1)
+    keys = [(kind, priority, "m-lat") for kind in ("end_to_end", "queue")
+            for priority in ("interactive", "batch")]
+    before = [_latency(*k) for k in keys]
+    metrics.observe_latencies([result("interactive", 4.0), result("batch", None),
+                               result("batch", 6.0), result("interactive", None)], "m-lat")
+    after = [(n - n0, round(s - s0, 6)) for (n, s), (n0, s0) in
+             zip((_latency(*k) for k in keys), before)]
+    assert after == [(2, 0.04), (2, 0.04), (1, 0.004), (1, 0.006)]
