@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 
 from devkit import bench_cost, floors
 from devkit.cpu import CpuMeter, cpu_us, main_thread_cpu_us
 
 
 def test_the_cpu_meter_charges_a_busy_process_and_not_an_idle_one():
-    import os
     meter = CpuMeter({"me": os.getpid()})
     meter.start()
     sum(i * i for i in range(2_000_000))
@@ -19,7 +19,6 @@ def test_the_cpu_meter_charges_a_busy_process_and_not_an_idle_one():
 
 
 def test_the_main_thread_is_charged_for_its_own_work_and_not_another_threads():
-    import os
     import threading
     me = os.getpid()
     whole, main = CpuMeter({"me": me}), CpuMeter({"me": me}, read=main_thread_cpu_us)
@@ -43,7 +42,8 @@ def test_a_small_cost_run_reports_every_process_stage_and_floor(registry, capsys
     assert outside["all"] == a["cpu_us_per_request"]["all"] - a["inference_wall_us_per_request"]
     assert outside["worker digits"] < a["cpu_us_per_request"]["worker digits"]
     loop = a["worker_event_loop_us_per_request"]["worker digits"]
-    assert 0 < loop <= a["cpu_us_per_request"]["worker digits"]
+    tick_us = 1e6 / os.sysconf("SC_CLK_TCK")   # /proc counts CPU in ticks, read apart
+    assert 0 <= loop <= a["cpu_us_per_request"]["worker digits"] + 2 * tick_us / args.requests
     stages = report["c_sequential"]
     assert {"admission", "transport", "batch_wait", "inference", "commit_and_return",
             "raw_onnx_runtime"} <= set(stages)
