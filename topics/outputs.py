@@ -142,11 +142,6 @@ def ending(names: TopicNames, reply_to: str, result: InferenceResult, audit: Aud
     return outputs
 
 
-def records(outputs: list[Output | Encoded], sealing: Sealing) -> list[Record]:
-    """The records of ``outputs``, its results signed together."""
-    return signed_records([outputs], sealing)[0]
-
-
 def signed_records(groups: list[list[Output | Encoded]], sealing: Sealing
                    ) -> list[list[Record]]:
     """The records of each group of outputs (a worker batch's answers, one group per

@@ -7,12 +7,17 @@ from schemas.errors import InvalidRequest
 from schemas.messages import InferenceResult, Status
 from schemas.outcomes import Coordinates, undecodable
 from topics.names import TopicNames
-from topics.outputs import Output, Sealing, ending, records
+from topics.outputs import Output, Sealing, ending, signed_records
 from schemas.result_signatures import ResultSigningKey
 
 NAMES = TopicNames("t")
 SIGNING_KEY = ResultSigningKey.generate()
 SEALING = Sealing(SIGNING_KEY.signer())
+
+
+def records(outputs: list[Output], sealing: Sealing) -> list:
+    """The records of one request's outputs, as a stage signs them."""
+    return signed_records([outputs], sealing)[0]
 
 
 def test_an_ending_is_result_audit_and_dead_letter_each_keyed_for_its_reader():
@@ -53,8 +58,6 @@ def _result(request_id: str) -> InferenceResult:
 
 def test_a_batchs_results_share_one_signature_and_each_verifies_alone():
     from schemas.result_signatures import ResultKeys
-    from topics.outputs import signed_records
-
     groups = [[Output("t.results", _result(f"r-{i}")), Output("t.audit", _audit(f"r-{i}"))]
               for i in range(5)]
     built = signed_records(groups, SEALING)
