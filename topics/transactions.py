@@ -18,6 +18,14 @@ reads the committed offset again (the *floor*) and drops input below it: those r
 were already answered. The same check makes a retried commit idempotent: if the
 broker committed the transaction but the reply was lost, the rebuilt producer finds the
 offset already moved and sends nothing.
+
+A commit is four round trips one after another: AddPartitionsToTxn, then the produce
+beside AddOffsetsToTxn and TxnOffsetCommit, then EndTxn. A stage that knows where its
+outputs will go before it has them (a worker, once it has decoded a batch, while its
+inference runs) can ``begin_early``: the transaction begins and its partitions are added
+meanwhile, and the commit is left with the other three. Adding a partition writes
+nothing to it, so a transaction begun early holds no reader back; one its commit does
+not use is aborted.
 """
 
 from __future__ import annotations
@@ -46,6 +54,9 @@ RETRY_BACKOFF_S = 0.5
 # aiokafka retries AddOffsetsToTxn and EndTxn after retry_backoff_ms, 100 ms by
 # default: every such retry would add 100 ms to the requests in the transaction.
 TXN_RETRY_BACKOFF_MS = 10
+
+Placement = Callable[[bytes | None], int]   # a record's key -> its partition
+Placements = dict[str, Placement]           # by topic, for one transaction
 
 
 def transaction_timeout_ms(session_timeout_ms: int) -> int:
@@ -93,6 +104,9 @@ class PartitionTransactions:
         self._floor: dict[TopicPartition, int] = {}
         self._heads: dict[TopicPartition, ChainHead] = {}
         self._admin: AIOKafkaAdminClient | None = None
+        self._committing: set[TopicPartition] = set()
+        self._beginning: dict[TopicPartition, asyncio.Task] = {}
+        self._begun: dict[TopicPartition, Placements] = {}   # placements chosen early
 
     def transactional_id(self, tp: TopicPartition) -> str:
         return f"{self.group_id}.{tp.topic}.{tp.partition}"
@@ -105,29 +119,72 @@ class PartitionTransactions:
         own the partition, a fresh one fences whoever else holds the id, reads the floor
         and tries again. Retrying cannot publish twice: the floor skips what is done.
         """
-        while True:
-            try:
-                await asyncio.wait_for(self._attempt(tp, entries), self.timeout_ms / 1000)
-                return True
-            except (KafkaError, asyncio.TimeoutError, OSError) as err:
-                fenced = isinstance(err, ProducerFenced)
-                log.warning("transaction for %s %s; rebuilding its producer", tp,
-                            "fenced by another owner" if fenced else f"failed ({err!r})")
-                await self.release(tp)
-                if not self.owned(tp):
-                    return False
-                await asyncio.sleep(RETRY_BACKOFF_S)
+        self._committing.add(tp)
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(self._attempt(tp, entries), self.timeout_ms / 1000)
+                    return True
+                except (KafkaError, asyncio.TimeoutError, OSError) as err:
+                    fenced = isinstance(err, ProducerFenced)
+                    log.warning("transaction for %s %s; rebuilding its producer", tp,
+                                "fenced by another owner" if fenced else f"failed ({err!r})")
+                    await self.release(tp)
+                    if not self.owned(tp):
+                        return False
+                    await asyncio.sleep(RETRY_BACKOFF_S)
+        finally:
+            self._committing.discard(tp)
+
+    def begin_early(self, tp: TopicPartition, destinations: list[tuple[str, bytes | None]]
+                    ) -> None:
+        """Begin ``tp``'s next transaction now, in the background, with the partitions
+        that records of ``destinations`` (topic, key) go to added to it; the next commit
+        of ``tp`` carries on with it. Only where ``tp``'s producer is up and idle: a
+        first commit fences and reads the floor first, and a commit in flight owns the
+        producer's transaction."""
+        if (tp not in self._producers or tp in self._committing or tp in self._begun
+                or tp in self._beginning):
+            return
+        self._beginning[tp] = asyncio.create_task(self._begin(tp, destinations))
+
+    async def _begin(self, tp: TopicPartition, destinations: list[tuple[str, bytes | None]]
+                     ) -> None:
+        producer = self._producers[tp]
+        try:
+            await producer.begin_transaction()
+            placements: Placements = {}
+            for topic, key in destinations:
+                place = await self._place(producer, topic, placements)
+                added = TopicPartition(topic, place(key))   # sent with the next request
+                producer._txn_manager.maybe_add_partition_to_txn(added)
+            self._begun[tp] = placements
+        except (KafkaError, OSError) as err:   # the commit starts over with a new producer
+            log.info("beginning %s's transaction early failed: %r", tp, err)
+            await self.release(tp)
+        finally:
+            if self._beginning.get(tp) is asyncio.current_task():
+                del self._beginning[tp]
 
     async def _attempt(self, tp: TopicPartition, entries: list[Entry]) -> None:
+        beginning = self._beginning.get(tp)
+        if beginning is not None:
+            await asyncio.wait([beginning])
         producer = await self._producer(tp)
+        placements = self._begun.pop(tp, None)
         live = [e for e in entries if e.offset >= self._floor[tp]]
         if not live:
+            if placements is not None:
+                await producer.abort_transaction()
             return
         outputs, head = self._linked(tp, [r for e in live for r in e.outputs])
-        await producer.begin_transaction()
+        if placements is None:
+            placements = {}
+            await producer.begin_transaction()
         sent: list[asyncio.Future] = []
         try:
-            for (topic, partition), batch in (await self._by_partition(producer, outputs)).items():
+            groups = await self._by_partition(producer, outputs, placements)
+            for (topic, partition), batch in groups.items():
                 sent += await _send_batches(producer, topic, partition, batch)
             position = (live[-1].offset + 1, head.metadata() if head else "")
             await producer.send_offsets_to_transaction({tp: position}, self.group_id)
@@ -147,26 +204,30 @@ class PartitionTransactions:
             return outputs, None
         return self.chaining.link(self._heads[tp], outputs)
 
-    async def _by_partition(self, producer: AIOKafkaProducer, outputs: list[Record]
-                            ) -> dict[tuple[str, int], list[Record]]:
+    async def _by_partition(self, producer: AIOKafkaProducer, outputs: list[Record],
+                            placements: Placements) -> dict[tuple[str, int], list[Record]]:
         """``outputs`` by topic and partition, in order: an explicit partition, else one
         partition per topic that needs no key placement, else the producer's
-        partitioner over the key (as ``producer.send`` would place it)."""
-        placements: dict[str, Callable[[bytes | None], int]] = {}
+        partitioner over the key (as ``producer.send`` would place it). ``placements``:
+        those the transaction has chosen already."""
         groups: dict[tuple[str, int], list[Record]] = {}
         for record in outputs:
             partition = record.partition
             if partition is None:
-                place = placements.get(record.topic)
-                if place is None:
-                    place = placements[record.topic] = await self._placement(
-                        producer, record.topic)
+                place = await self._place(producer, record.topic, placements)
                 partition = place(record.key)
             groups.setdefault((record.topic, partition), []).append(record)
         return groups
 
-    async def _placement(self, producer: AIOKafkaProducer, topic: str
-                         ) -> Callable[[bytes | None], int]:
+    async def _place(self, producer: AIOKafkaProducer, topic: str, placements: Placements
+                     ) -> Placement:
+        """The transaction's placement for ``topic``, chosen on first use."""
+        place = placements.get(topic)
+        if place is None:
+            place = placements[topic] = await self._placement(producer, topic)
+        return place
+
+    async def _placement(self, producer: AIOKafkaProducer, topic: str) -> Placement:
         """Where a record of ``topic`` goes in this transaction, by its key."""
         partitions = list(await producer.partitions_for(topic))
         if self.any_partition(topic):
@@ -223,9 +284,14 @@ class PartitionTransactions:
 
     async def release(self, tp: TopicPartition) -> None:
         """Drop the partition's producer (revoked, fenced or broken)."""
+        beginning = self._beginning.pop(tp, None)
+        if beginning is not None and beginning is not asyncio.current_task():
+            beginning.cancel()
+            await asyncio.gather(beginning, return_exceptions=True)
         producer = self._producers.pop(tp, None)
         self._floor.pop(tp, None)
         self._heads.pop(tp, None)
+        self._begun.pop(tp, None)
         if producer is not None:
             await _stop_quietly(producer)
 

@@ -6,6 +6,7 @@ raise out of here: whatever goes wrong ends that record, not the worker."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from functools import partial
@@ -36,7 +37,8 @@ _EXPIRED = DeadlineExceeded("the deadline passed before inference started")
 class Answering:
     """What answering needs: the model served, the stamp keys, the loaded sessions, the
     lane's inference thread, whether one call takes the whole group (interactive) or
-    calls are sized by ``pace``, and where outputs go."""
+    calls are sized by ``pace``, where outputs go, and who is told of the work items
+    that passed their checks before their inference runs (``trusted``)."""
 
     model: str
     keys: StampKeys
@@ -46,6 +48,7 @@ class Answering:
     whole_group: bool
     chunk_bounds: tuple[int, int]   # fewest and most requests per call
     names: TopicNames
+    trusted: Callable[[list[Pair]], None] | None = None
 
     def chunk(self, version: str, pairs: list[Pair]) -> int:
         """Requests per inference call for ``pairs`` of ``version``."""
@@ -78,6 +81,8 @@ async def _answer(records: list[ConsumerRecord], pulled_ms: float, how: Answerin
             pairs.append((record, _trusted(record, pulled_ms, how)))
         except _Refused as refused:
             answers[id(record)] = refused.outputs
+    if how.trusted is not None:
+        how.trusted(pairs)
     versions = group_by(pairs, lambda p: p[1].route.model_version)
     for version, group in versions.items():
         answers |= await _answer_version(version, group, pulled_ms, how)

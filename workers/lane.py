@@ -29,13 +29,15 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from runtime import metrics
-from schemas.messages import AuditRecord, InferenceResult
+from schemas.messages import AuditRecord, InferenceResult, WorkItem
 from topics.catalogue import MAX_MESSAGE_BYTES
 from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS
+from topics.names import TopicNames
 from topics.outputs import Output, Sealing, signed_records
 from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
 from workers.health import HEALTH
 from workers.batching import group_by
+from workers.outcome import destinations
 from workers.settings import WorkerSettings
 
 BACKGROUND_NICE = 10
@@ -81,8 +83,18 @@ class Lane:
     executor: ThreadPoolExecutor
     transactions: PartitionTransactions
     sealing: Sealing
+    names: TopicNames
     gate: Gate = field(default_factory=Gate)
     committing: list[asyncio.Task] = field(default_factory=list)
+
+    def begin_early(self, pairs: list[tuple[ConsumerRecord, WorkItem]]) -> None:
+        """Begin the transactions of these work items' input partitions while their
+        inference runs, with the partitions their results and audit records go to
+        (topics/transactions.py): the commit after it is a round trip shorter."""
+        for tp, group in group_by(pairs, lambda p: TopicPartition(p[0].topic,
+                                                                  p[0].partition)).items():
+            self.transactions.begin_early(
+                tp, [d for _, item in group for d in destinations(item, self.names)])
 
     def commit(self, batch: list[ConsumerRecord], answers: dict[int, list[Output]]) -> None:
         """Start committing ``batch`` with its outputs, in the background."""
@@ -141,7 +153,8 @@ def open_lane(settings: WorkerSettings, model: str, name: str, topics: list[str]
     executor = (ThreadPoolExecutor(1, thread_name_prefix="kip-infer") if name else
                 ThreadPoolExecutor(1, thread_name_prefix="kip-infer-background",
                                    initializer=_lower_thread_priority))
-    lane = Lane(name or "background", model, consumer, executor, transactions, sealing)
+    lane = Lane(name or "background", model, consumer, executor, transactions, sealing,
+                settings.names)
     consumer.subscribe(topics, listener=_Revocations(lane))
     return lane
 

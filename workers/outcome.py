@@ -86,6 +86,14 @@ def poisoned(record: ConsumerRecord, item: WorkItem, stamps: Stamps, names: Topi
     return ending(names, reply_topic(item, names), result, audit, dead)
 
 
+def destinations(item: WorkItem, names: TopicNames) -> list[tuple[str, bytes]]:
+    """Topic and key of each record ``terminal_outputs`` makes of ``item``: its result
+    and its final audit record (known before inference: a lane begins its transaction
+    with their partitions, workers/lane.py)."""
+    key = item.request.request_id.encode()
+    return [(reply_topic(item, names), key), (names.audit, key)]
+
+
 def reply_topic(item: WorkItem, names: TopicNames) -> str:
     """Where the pipeline said the result goes, if that is a reply topic; else the
     shared results topic (kip writes results nowhere else)."""

@@ -171,13 +171,17 @@ class Worker:
                       before: asyncio.Task | None = None) -> int:
         """Answer ``batch`` class by class, highest first; each class starts to commit
         once answered, after the previous batch (``before``) has started its commits and
-        they have finished. Returns how many requests ran inference."""
+        they have finished. Interactive transactions begin while inference runs (their
+        latency is the request's; background commits overlap the next batch anyway).
+        Returns how many requests ran inference."""
         pulled, inferred, s = float(now_ms()), 0, self.settings
         for n, (priority, records) in enumerate(by_class(batch, self.topic_class)):
+            interactive = priority == Priority.INTERACTIVE
             how = Answering(self.model, self.stamp_keys, self.sessions, lane.executor,
-                            self.pace, priority == Priority.INTERACTIVE,
+                            self.pace, interactive,
                             (s.background_min_batch, min(s.background_max_batch,
-                                                         self.max_batch)), s.names)
+                                                         self.max_batch)), s.names,
+                            lane.begin_early if interactive else None)
             answers = await answer(records, pulled, how)
             inferred += sum(ran_inference(outputs) for outputs in answers.values())
             if n == 0:

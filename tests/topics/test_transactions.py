@@ -124,3 +124,49 @@ def test_records_of_an_any_partition_topic_share_one_partition_per_transaction(b
         keyed_parts = {r.partition for r in await read_topic(broker.kafka, keyed)}
         assert len(keyed_parts) > 1   # 30 distinct keys: spread by key, as before
     asyncio.run(scenario())
+
+
+def _round(free: str, keyed: str, first: int, tag: bytes) -> list[Entry]:
+    return [Entry(first + i, [Record(free, f"k{i}".encode(), tag, []),
+                              Record(keyed, f"k{i}".encode(), tag, [])]) for i in range(5)]
+
+
+def test_a_transaction_begun_early_carries_the_next_commit(broker, prefix):
+    """``begin_early`` adds the partitions while the stage works; the commit sends into
+    exactly those, and its outputs and offset become visible together."""
+    async def scenario():
+        await _create(broker.bootstrap,
+                      {f"{prefix}.in": 1, f"{prefix}.free": 3, f"{prefix}.keyed": 3})
+        free, keyed = f"{prefix}.free", f"{prefix}.keyed"
+        tp = TopicPartition(f"{prefix}.in", 0)
+        async with PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS,
+                                         any_partition=lambda t: t == free) as tx:
+            tx.begin_early(tp, [(free, b"k0")])   # no producer yet: the commit fences first
+            assert await tx.commit(tp, _round(free, keyed, 0, b"first"))
+            entries = _round(free, keyed, 5, b"early")
+            tx.begin_early(tp, [(r.topic, r.key) for e in entries for r in e.outputs])
+            await asyncio.sleep(0.5)   # the stage at work; AddPartitionsToTxn meanwhile
+            added = set(tx._producers[tp]._txn_manager.txn_partitions)
+            assert await tx.commit(tp, entries)
+            assert await _committed(tx, tp, 10) == 10
+        written = [r for topic in (free, keyed) for r in await read_topic(broker.kafka, topic)]
+        assert sorted(r.value for r in written) == [b"early"] * 10 + [b"first"] * 10
+        assert {TopicPartition(r.topic, r.partition) for r in written
+                if r.value == b"early"} == added
+    asyncio.run(scenario())
+
+
+def test_a_transaction_begun_early_for_nothing_live_is_aborted(broker, prefix):
+    """A replay below the floor commits nothing: the early transaction is aborted, and
+    the next commit begins its own."""
+    async def scenario():
+        inp, out = await _topics(broker.bootstrap, prefix)
+        tp = TopicPartition(inp, 0)
+        async with PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as tx:
+            assert await tx.commit(tp, _entries(out, range(5)))
+            tx.begin_early(tp, [(out, b"k")])
+            assert await tx.commit(tp, _entries(out, range(3, 5), tag="replayed"))
+            assert await tx.commit(tp, _entries(out, [5]))
+            assert await _committed(tx, tp, 6) == 6
+        assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(6)]
+    asyncio.run(scenario())

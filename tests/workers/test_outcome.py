@@ -6,7 +6,9 @@ from schemas.codec import encode
 from schemas.messages import Route, WorkItem
 from tests.pipeline.conftest import NOW_MS, signer
 from topics.names import TopicNames
-from workers.outcome import Stamps, poisoned, terminal, undecodable
+from topics.outputs import key_of
+from workers.outcome import (Stamps, destinations, poisoned, terminal, terminal_outputs,
+                             undecodable)
 
 NAMES = TopicNames("t")
 
@@ -35,6 +37,14 @@ def test_errors_map_to_expired_and_failed():
     failed, audit = terminal(_item(), Stamps(NOW_MS), NOW_MS, error=InferenceFailed("nan"))
     assert expired.status == Status.EXPIRED and expired.error.code == "DEADLINE_EXCEEDED"
     assert failed.status == Status.FAILED and audit.error_code == "INFERENCE_FAILED"
+
+
+def test_destinations_are_where_the_terminal_outputs_go():
+    """What a lane adds to its transaction before inference is where the outputs land:
+    a topic or key missed there costs the commit a round trip again."""
+    for item in (_item(), _item().model_copy(update={"reply_to": "t.results.team-a"})):
+        outputs = terminal_outputs(item, Stamps(NOW_MS), NAMES, outputs=[])
+        assert [(o.topic, key_of(o.message)) for o in outputs] == destinations(item, NAMES)
 
 
 def _record(value: bytes) -> ConsumerRecord:
