@@ -76,7 +76,7 @@ def observe_latencies(results: list[InferenceResult], model: str) -> None:
     have one or two classes)."""
     for priority in {r.priority for r in results}:
         labels = (priority or "", model)
-        end_to_end, queue, batch_wait = (LATENCY.labels(stage, *labels) for stage in
+        end_to_end, queue, batch_wait = (LATENCY.labels(kind, *labels) for kind in
                                          ("end_to_end", "queue", "batch_wait"))
         for t in (r.timings for r in results if r.priority == priority):
             end_to_end.observe(t.total_ms / 1000)

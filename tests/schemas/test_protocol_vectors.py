@@ -59,6 +59,8 @@ def test_the_documented_javascript_verifier_accepts_kips_results_and_nothing_els
               for i in range(4)]
     single = key.signer().header(values[0])[1]
     batch = [header for _, header in key.signer().headers(values[1:])]
+    colon = ResultSigningKey.generate("team:r2")   # key ids may hold ':'
+    colon_batch = colon.signer().headers(values[:2])[1][1]
     cases = {"kip's": (values[0], single, sent[0], 0),
              "another message's": (values[0], single, b"{}", 0),
              "altered": (values[0].replace(b"ok", b"failed"), single, sent[0], 0),
@@ -66,8 +68,13 @@ def test_the_documented_javascript_verifier_accepts_kips_results_and_nothing_els
              "batch, another's path": (values[2], batch[0], sent[2], 2),
              "batch, altered": (values[3].replace(b"ok", b"failed"), batch[2], sent[3], 3),
              "batch, signed alone": (values[1], batch[0].replace(b"ed25519-batch", b"ed25519")
-                                     .rsplit(b":", 3)[0], sent[1], 1)}
-    script = snippet + "\nconst keys = {r1: '" + key.public() + "'};\n"
+                                     .rsplit(b":", 3)[0], sent[1], 1),
+             "a key id with ':'": (values[0], colon.signer().header(values[0])[1], sent[0], 0),
+             "a key id with ':', batch": (values[1], colon_batch, sent[1], 1),
+             "an unknown key id": (values[0], single.replace(b":r1:", b":toString:"),
+                                   sent[0], 0)}
+    script = snippet + (f"\nconst keys = {{r1: '{key.public()}', "
+                        f"'team:r2': '{colon.public()}'}};\n")
     for name, (body, header, request, i) in cases.items():
         script += (f"console.log({json.dumps(name)}, answers({{value: "
                    f"Buffer.from('{body.hex()}', 'hex'), headers: {{'kip-signature': "
@@ -76,7 +83,8 @@ def test_the_documented_javascript_verifier_accepts_kips_results_and_nothing_els
     (tmp_path / "verify.js").write_text(script)
     out = subprocess.run(["node", str(tmp_path / "verify.js")], capture_output=True,
                          text=True, check=True).stdout.split("\n")
-    assert out[:9] == ["kip's true", "another message's false", "altered false",
+    assert out[:12] == ["kip's true", "another message's false", "altered false",
                        "batch 1 true", "batch 2 true", "batch 3 true",
                        "batch, another's path false", "batch, altered false",
-                       "batch, signed alone false"]
+                       "batch, signed alone false", "a key id with ':' true",
+                       "a key id with ':', batch true", "an unknown key id false"]
