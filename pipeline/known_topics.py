@@ -4,10 +4,11 @@ The pipeline must not produce to a topic that does not exist: with topic auto-cr
 off, the send would wait for metadata, time out, and replay the same message forever.
 Reply topics and work topics are checked against this view before a request is routed.
 
-Only the first read is waited for. After it, a round uses the view it has and a stale
-view is read again in the background: a metadata request costs a round 1-5 ms on a busy
-broker, every ``max_age_s``. A topic created meanwhile is seen at most one read later,
-as before; a read that fails keeps the view it had and is tried again on the next call.
+Only the first read is waited for. After it a background task reads the list again
+every ``max_age_s``, and a round uses the view it has: a metadata request costs 1-5 ms
+on a busy broker, and a round that waited for one every ``max_age_s`` carried it. A
+topic created meanwhile is seen within ``max_age_s`` and one read, busy or idle; a read
+that fails keeps the view it had, and the next one tries again.
 """
 
 from __future__ import annotations
@@ -36,9 +37,7 @@ class KnownTopics:
     async def current(self) -> frozenset[str]:
         if self._known is None:
             await self._read()
-        elif (time.monotonic() - self._read_at > self.max_age_s
-              and (self._reading is None or self._reading.done())):
-            self._reading = asyncio.create_task(self._read_quietly())
+            self._reading = asyncio.create_task(self._keep_reading())
         return self._known
 
     async def _read(self) -> None:
@@ -48,12 +47,14 @@ class KnownTopics:
         self._known = frozenset(await self._admin.list_topics())
         self._read_at = time.monotonic()
 
-    async def _read_quietly(self) -> None:
-        try:
-            await self._read()
-        except (KafkaError, OSError) as err:
-            log.warning("reading the topic list failed (%r); keeping the one read %.0f s ago",
-                        err, time.monotonic() - self._read_at)
+    async def _keep_reading(self) -> None:
+        while True:
+            await asyncio.sleep(self.max_age_s)
+            try:
+                await self._read()
+            except (KafkaError, OSError) as err:
+                log.warning("reading the topic list failed (%r); keeping the one read "
+                            "%.0f s ago", err, time.monotonic() - self._read_at)
 
     async def close(self) -> None:
         if self._reading is not None:
