@@ -171,7 +171,7 @@ class PartitionTransactions:
         if beginning is not None:
             await asyncio.wait([beginning])
         producer = await self._producer(tp)
-        placements = self._begun.pop(tp, None)
+        placements = self._taken_over(tp, producer)
         live = [e for e in entries if e.offset >= self._floor[tp]]
         if not live:
             if placements is not None:
@@ -195,6 +195,20 @@ class PartitionTransactions:
         self._floor[tp] = live[-1].offset + 1
         if head is not None:
             self._heads[tp] = head
+
+    def _taken_over(self, tp: TopicPartition, producer: AIOKafkaProducer
+                    ) -> Placements | None:
+        """The placements of ``tp``'s transaction begun early, None where none was.
+        One that broke meanwhile (its AddPartitionsToTxn fenced, say) raises here, as
+        the commit's own requests would have: the producer is dropped and rebuilt."""
+        placements = self._begun.pop(tp, None)
+        txn = producer._txn_manager
+        if placements is not None and not txn.is_in_transaction():
+            ended = txn.wait_for_transaction_end()
+            cause = ended.exception() if ended.done() and not ended.cancelled() else None
+            raise cause if isinstance(cause, KafkaError) else KafkaError(
+                f"the transaction begun early for {tp} broke off: {cause!r}")
+        return placements
 
     def _linked(self, tp: TopicPartition, outputs: list[Record]
                 ) -> tuple[list[Record], ChainHead | None]:

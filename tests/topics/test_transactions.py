@@ -170,3 +170,24 @@ def test_a_transaction_begun_early_for_nothing_live_is_aborted(broker, prefix):
             assert await _committed(tx, tp, 6) == 6
         assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(6)]
     asyncio.run(scenario())
+
+
+def test_a_zombie_fenced_while_its_transaction_was_begun_early_gives_up(broker, prefix):
+    """The early AddPartitionsToTxn of a paused owner that wakes up is fenced before its
+    commit starts; the commit must fail like any fenced one, not with the producer's
+    state (the worker would crash instead of leaving the records to the new owner)."""
+    async def scenario():
+        inp, out = await _topics(broker.bootstrap, prefix)
+        tp = TopicPartition(inp, 0)
+        owner = {"old": True}
+        async with (PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS,
+                                          owned=lambda _: owner["old"]) as old,
+                    PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as new):
+            assert await old.commit(tp, _entries(out, range(3)))
+            owner["old"] = False
+            assert await new.commit(tp, _entries(out, range(3, 6)))
+            old.begin_early(tp, [(out, b"k")])
+            await asyncio.sleep(0.5)   # its AddPartitionsToTxn: fenced
+            assert not await old.commit(tp, _entries(out, [6], tag="zombie"))
+        assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(6)]
+    asyncio.run(scenario())
