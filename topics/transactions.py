@@ -25,7 +25,7 @@ outputs will go before it has them (a worker, once it has decoded a batch, while
 inference runs) can ``begin_early``: the transaction begins and its partitions are added
 meanwhile, and the commit is left with the other three. Adding a partition writes
 nothing to it, so a transaction begun early holds no reader back; one its commit does
-not use is aborted.
+not use is aborted, and one that broke meanwhile fails the commit as a fenced one does.
 """
 
 from __future__ import annotations
