@@ -191,3 +191,20 @@ def test_a_zombie_fenced_while_its_transaction_was_begun_early_gives_up(broker, 
             assert not await old.commit(tp, _entries(out, [6], tag="zombie"))
         assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(6)]
     asyncio.run(scenario())
+
+
+def test_a_transaction_begun_early_that_times_out_costs_its_commit_one_retry(broker, prefix):
+    """The broker times a transaction from its first AddPartitionsToTxn: one begun
+    before a long inference is aborted (and its producer fenced), and the commit starts
+    over with a new producer, once."""
+    async def scenario():
+        inp, out = await _topics(broker.bootstrap, prefix)
+        tp = TopicPartition(inp, 0)
+        async with PartitionTransactions(broker.kafka, f"{prefix}.g", 2_000) as tx:
+            assert await tx.commit(tp, _entries(out, range(3)))
+            tx.begin_early(tp, [(out, b"k")])
+            await asyncio.sleep(14)   # past the timeout, and the broker's sweep (10 s)
+            assert await tx.commit(tp, _entries(out, range(3, 6)))
+            assert await _committed(tx, tp, 6) == 6
+        assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(6)]
+    asyncio.run(scenario())
