@@ -64,7 +64,12 @@ def test_outputs_become_visible_with_the_offset_commit(broker, prefix):
     asyncio.run(scenario())
 
 
-def test_a_new_owner_fences_the_old_one(broker, prefix):
+@pytest.mark.parametrize("early", [False, True], ids=["", "begun-early"])
+def test_a_new_owner_fences_the_old_one(broker, prefix, early):
+    """With ``early``, the old owner began its transaction before it slept, and its
+    AddPartitionsToTxn is fenced before its commit starts: the commit must fail like any
+    fenced one, not on the producer's state (the worker would crash instead of leaving
+    the records to the new owner)."""
     lost = []
 
     async def scenario():
@@ -78,6 +83,9 @@ def test_a_new_owner_fences_the_old_one(broker, prefix):
             assert await old.commit(tp, _entries(out, range(3)))
             owner["old"] = False   # the group moved the partition; the old owner slept
             assert await new.commit(tp, _entries(out, range(3, 6)))
+            if early:
+                old.begin_early(tp, [(out, b"k")])
+                await asyncio.sleep(0.5)   # its AddPartitionsToTxn: fenced
             assert not await old.commit(tp, _entries(out, [6], tag="zombie"))
             assert await _committed(new, tp, 6) == 6
         assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(6)]
@@ -102,20 +110,30 @@ def test_a_fresh_producer_skips_what_is_already_committed(broker, prefix):
     asyncio.run(scenario())
 
 
+async def _free_and_keyed(bootstrap: str, prefix: str) -> tuple[str, str, TopicPartition]:
+    """Two output topics of 3 partitions, one placed freely and one by key, and the
+    input partition."""
+    await _create(bootstrap, {f"{prefix}.in": 1, f"{prefix}.free": 3, f"{prefix}.keyed": 3})
+    return f"{prefix}.free", f"{prefix}.keyed", TopicPartition(f"{prefix}.in", 0)
+
+
+def _placing(broker, prefix: str, free: str) -> PartitionTransactions:
+    return PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS,
+                                 any_partition=lambda t: t == free)
+
+
+def _round(free: str, keyed: str, first: int, tag: bytes, count: int = 5) -> list[Entry]:
+    return [Entry(first + i, [Record(free, f"k{i}".encode(), tag, []),
+                              Record(keyed, f"k{i}".encode(), tag, [])]) for i in range(count)]
+
+
 def test_records_of_an_any_partition_topic_share_one_partition_per_transaction(broker, prefix):
     async def scenario():
-        await _create(broker.bootstrap,
-                      {f"{prefix}.in": 1, f"{prefix}.free": 3, f"{prefix}.keyed": 3})
-        free, keyed = f"{prefix}.free", f"{prefix}.keyed"
-        tp = TopicPartition(f"{prefix}.in", 0)
-        async with PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS,
-                                         any_partition=lambda t: t == free) as tx:
+        free, keyed, tp = await _free_and_keyed(broker.bootstrap, prefix)
+        async with _placing(broker, prefix, free) as tx:
             for round_ in range(4):
-                entries = [Entry(round_ * 30 + i,
-                                 [Record(free, f"k{i}".encode(), f"{round_}".encode(), []),
-                                  Record(keyed, f"k{i}".encode(), b"x", [])])
-                           for i in range(30)]
-                assert await tx.commit(tp, entries)
+                assert await tx.commit(tp, _round(free, keyed, round_ * 30,
+                                                  f"{round_}".encode(), 30))
         by_round: dict[bytes, set[int]] = {}
         for r in await read_topic(broker.kafka, free):
             by_round.setdefault(r.value, set()).add(r.partition)
@@ -126,21 +144,12 @@ def test_records_of_an_any_partition_topic_share_one_partition_per_transaction(b
     asyncio.run(scenario())
 
 
-def _round(free: str, keyed: str, first: int, tag: bytes) -> list[Entry]:
-    return [Entry(first + i, [Record(free, f"k{i}".encode(), tag, []),
-                              Record(keyed, f"k{i}".encode(), tag, [])]) for i in range(5)]
-
-
 def test_a_transaction_begun_early_carries_the_next_commit(broker, prefix):
     """``begin_early`` adds the partitions while the stage works; the commit sends into
     exactly those, and its outputs and offset become visible together."""
     async def scenario():
-        await _create(broker.bootstrap,
-                      {f"{prefix}.in": 1, f"{prefix}.free": 3, f"{prefix}.keyed": 3})
-        free, keyed = f"{prefix}.free", f"{prefix}.keyed"
-        tp = TopicPartition(f"{prefix}.in", 0)
-        async with PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS,
-                                         any_partition=lambda t: t == free) as tx:
+        free, keyed, tp = await _free_and_keyed(broker.bootstrap, prefix)
+        async with _placing(broker, prefix, free) as tx:
             tx.begin_early(tp, [(free, b"k0")])   # no producer yet: the commit fences first
             assert await tx.commit(tp, _round(free, keyed, 0, b"first"))
             entries = _round(free, keyed, 5, b"early")
@@ -168,27 +177,6 @@ def test_a_transaction_begun_early_for_nothing_live_is_aborted(broker, prefix):
             assert await tx.commit(tp, _entries(out, range(3, 5), tag="replayed"))
             assert await tx.commit(tp, _entries(out, [5]))
             assert await _committed(tx, tp, 6) == 6
-        assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(6)]
-    asyncio.run(scenario())
-
-
-def test_a_zombie_fenced_while_its_transaction_was_begun_early_gives_up(broker, prefix):
-    """The early AddPartitionsToTxn of a paused owner that wakes up is fenced before its
-    commit starts; the commit must fail like any fenced one, not with the producer's
-    state (the worker would crash instead of leaving the records to the new owner)."""
-    async def scenario():
-        inp, out = await _topics(broker.bootstrap, prefix)
-        tp = TopicPartition(inp, 0)
-        owner = {"old": True}
-        async with (PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS,
-                                          owned=lambda _: owner["old"]) as old,
-                    PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as new):
-            assert await old.commit(tp, _entries(out, range(3)))
-            owner["old"] = False
-            assert await new.commit(tp, _entries(out, range(3, 6)))
-            old.begin_early(tp, [(out, b"k")])
-            await asyncio.sleep(0.5)   # its AddPartitionsToTxn: fenced
-            assert not await old.commit(tp, _entries(out, [6], tag="zombie"))
         assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(6)]
     asyncio.run(scenario())
 
