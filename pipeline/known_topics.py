@@ -1,4 +1,4 @@
-"""Which topics exist, from cluster metadata, read again once older than ``max_age_s``.
+"""Which topics exist, from cluster metadata, read again every ``max_age_s``.
 
 The pipeline must not produce to a topic that does not exist: with topic auto-creation
 off, the send would wait for metadata, time out, and replay the same message forever.
@@ -18,7 +18,6 @@ import logging
 import time
 
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
 
 from topics.clients import KafkaConnection
 
@@ -52,7 +51,7 @@ class KnownTopics:
             await asyncio.sleep(self.max_age_s)
             try:
                 await self._read()
-            except (KafkaError, OSError) as err:
+            except Exception as err:   # whatever it was, the next read must still come
                 log.warning("reading the topic list failed (%r); keeping the one read "
                             "%.0f s ago", err, time.monotonic() - self._read_at)
 
