@@ -38,7 +38,7 @@ class Answering:
     """What answering needs: the model served, the stamp keys, the loaded sessions, the
     lane's inference thread, whether one call takes the whole group (interactive) or
     calls are sized by ``pace``, where outputs go, and who is told of the work items
-    that passed their checks before their inference runs (``trusted``)."""
+    that passed their checks before their inference runs (``before_inference``)."""
 
     model: str
     keys: StampKeys
@@ -48,7 +48,7 @@ class Answering:
     whole_group: bool
     chunk_bounds: tuple[int, int]   # fewest and most requests per call
     names: TopicNames
-    trusted: Callable[[list[Pair]], None] | None = None
+    before_inference: Callable[[list[Pair]], None] | None = None
 
     def chunk(self, version: str, pairs: list[Pair]) -> int:
         """Requests per inference call for ``pairs`` of ``version``."""
@@ -81,8 +81,8 @@ async def _answer(records: list[ConsumerRecord], pulled_ms: float, how: Answerin
             pairs.append((record, _trusted(record, pulled_ms, how)))
         except _Refused as refused:
             answers[id(record)] = refused.outputs
-    if how.trusted is not None:
-        how.trusted(pairs)
+    if how.before_inference is not None:
+        how.before_inference(pairs)
     versions = group_by(pairs, lambda p: p[1].route.model_version)
     for version, group in versions.items():
         answers |= await _answer_version(version, group, pulled_ms, how)
