@@ -7,8 +7,8 @@ import asyncio
 import time
 from pathlib import Path
 
-from devkit import (bench_batch, bench_burst, bench_checks, bench_cost, bench_load,
-                    bench_rollout, bench_throughput, faults)
+from devkit import (bench_batch, bench_buckets, bench_burst, bench_checks, bench_cost,
+                    bench_load, bench_rollout, bench_throughput, faults)
 from devkit.settings import DevSettings
 
 
@@ -30,6 +30,8 @@ BENCHES = [
      "in flight, against steady; one pipeline or two"),
     ("checks", bench_checks, "CPU per request of the stamp, signature and replay checks, "
      "beside request authentication (no Kafka)"),
+    ("buckets", bench_buckets, "MiniLM batches in length buckets against padding to the "
+     "longest text: sequences/s and their ratio (no Kafka)"),
 ]
 
 

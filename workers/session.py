@@ -1,9 +1,15 @@
 """Model loading and ONNX Runtime sessions, one per immutable model version.
 
 ``ModelSession.run`` takes the inputs of several requests, concatenates their rows,
-tokenizes text where the manifest says so, runs the session once, checks the outputs
-(row count, finite values) and splits them back per request. It is synchronous: the
-worker calls it in an executor so the event loop (and Kafka heartbeats) keep running.
+tokenizes text where the manifest says so, runs the session (once; for text, once per
+length bucket, workers/buckets.py), checks the outputs (row count, finite values) and
+splits them back per request. It is synchronous: the worker calls it in an executor so
+the event loop (and Kafka heartbeats) keep running.
+
+On CUDA a call goes through an I/O binding: the inputs are copied to the GPU once,
+before the call, and the outputs stay there until the call has finished, when they are
+copied back in one step (ONNX Runtime's recommended path for CUDA; a plain ``run``
+stages both through its own buffers on every call).
 
 ``Sessions`` (workers/sessions.py) holds the versions a worker has loaded.
 """
@@ -15,11 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from models.preprocess import encode_texts
+from models.preprocess import padded, token_ids
 from models.registry import LoadedVersion
 from schemas.errors import InferenceFailed
 from schemas.tensors import NUMPY_DTYPES, Tensor
 from workers import cuda
+from workers.buckets import CPU_CALL_TOKENS, CUDA_CALL_TOKENS, length_buckets
 
 log = logging.getLogger("kip.worker")
 CUDA = "CUDAExecutionProvider"
@@ -57,7 +64,8 @@ class ModelSession:
 
     def __init__(self, loaded: LoadedVersion, device: str = "auto",
                  intra_op_threads: int = 0, assume_gpu: bool = False,
-                 spinning: bool = False) -> None:
+                 spinning: bool = False, io_binding: bool | None = None) -> None:
+        """``io_binding``: run through an I/O binding (default: on CUDA only)."""
         import onnxruntime as ort
 
         self.loaded = loaded
@@ -77,6 +85,8 @@ class ModelSession:
         self.provider = self.session.get_providers()[0]
         if device == "cuda" and self.provider != CUDA:
             raise RuntimeError(f"CUDA was required but ONNX Runtime gave {self.provider}")
+        self.io_binding = self.provider == CUDA if io_binding is None else io_binding
+        self.call_tokens = CUDA_CALL_TOKENS if self.provider == CUDA else CPU_CALL_TOKENS
         self.tokenizer = self._load_tokenizer()
         self.output_names = [o.name for o in self.manifest.outputs]
         log.info("loaded %s@%s on %s", self.manifest.name, self.manifest.version, self.provider)
@@ -100,28 +110,67 @@ class ModelSession:
     def run(self, requests: list[list[Tensor]]) -> list[list[Tensor]]:
         """Outputs per request, in order; raises ``InferenceFailed`` for the whole batch."""
         rows = [_rows(inputs) for inputs in requests]
-        feeds = self.feeds(requests)
-        try:
-            outputs = self.session.run(self.output_names, feeds)
-        except Exception as exc:  # ORT raises its own exception types
-            raise InferenceFailed(f"ONNX Runtime failed: {exc}") from exc
-        _check(outputs, self.output_names, sum(rows))
+        outputs = self.infer(requests)
         bounds = np.cumsum([0, *rows])
         return [[Tensor.of_output(name, out[bounds[i]:bounds[i + 1]])
                  for name, out in zip(self.output_names, outputs)]
                 for i in range(len(requests))]
 
-    def feeds(self, requests: list[list[Tensor]]) -> dict[str, np.ndarray]:
-        """The ONNX inputs for a batch: rows concatenated, text tokenized."""
+    def infer(self, requests: list[list[Tensor]]) -> list[np.ndarray]:
+        """The outputs for every row of ``requests``, concatenated, checked."""
         joined = {spec.name: np.concatenate([_named(r, spec.name).array for r in requests])
                   for spec in self.manifest.inputs}
         pre = self.manifest.preprocessing
         if pre is None:
-            return joined
-        encoded = encode_texts(self.tokenizer, [str(t) for t in joined[pre.text_input]],
-                               pre.max_length)
-        ids_name, mask_name = pre.onnx_inputs
-        return {ids_name: encoded["input_ids"], mask_name: encoded["attention_mask"]}
+            outputs = self._call(joined)
+            _check(outputs, self.output_names, len(next(iter(joined.values()))))
+            return outputs
+        ids = token_ids(self.tokenizer, [str(t) for t in joined[pre.text_input]],
+                        pre.max_length)
+        buckets = length_buckets([len(row) for row in ids], self.call_tokens)
+        if len(buckets) == 1:
+            return self._text_call(ids)
+        parts = [(rows, self._text_call([ids[i] for i in rows])) for rows in buckets]
+        return [_scattered(len(ids), [(rows, outs[k]) for rows, outs in parts])
+                for k in range(len(self.output_names))]
+
+    def _text_call(self, ids: list[list[int]]) -> list[np.ndarray]:
+        encoded = padded(ids)
+        ids_name, mask_name = self.manifest.preprocessing.onnx_inputs
+        outputs = self._call({ids_name: encoded["input_ids"],
+                              mask_name: encoded["attention_mask"]})
+        _check(outputs, self.output_names, len(ids))
+        return outputs
+
+    def _call(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        try:
+            if self.io_binding:
+                return self._bound_call(feeds)
+            return self.session.run(self.output_names, feeds)
+        except Exception as exc:  # ORT raises its own exception types
+            raise InferenceFailed(f"ONNX Runtime failed: {exc}") from exc
+
+    def _bound_call(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        import onnxruntime as ort
+
+        device = "cuda" if self.provider == CUDA else "cpu"
+        binding = self.session.io_binding()
+        for name, array in feeds.items():
+            binding.bind_ortvalue_input(
+                name, ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), device, 0))
+        for name in self.output_names:
+            binding.bind_output(name, device)
+        self.session.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()
+
+
+def _scattered(count: int, parts: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """One output's rows back in batch order, from the buckets that computed them."""
+    first = parts[0][1]
+    out = np.empty((count, *first.shape[1:]), first.dtype)
+    for rows, values in parts:
+        out[rows] = values
+    return out
 
 
 def _named(inputs: list[Tensor], name: str) -> Tensor:

@@ -66,3 +66,40 @@ def test_outputs_with_the_wrong_row_count_fail_the_batch(registry, monkeypatch):
                         lambda names, feeds: [o[:1] for o in real_run(names, feeds)])
     with pytest.raises(InferenceFailed, match="1 rows for 2 inputs"):
         session.run([[Tensor.from_array("pixels", np.zeros((2, 64), np.float32))]])
+
+
+def _texts(lengths: list[int]) -> list[str]:
+    words = "kip routes every request through Kafka and answers it once".split()
+    return [" ".join(words[i % len(words)] for i in range(n)) for n in lengths]
+
+
+def test_texts_of_mixed_length_run_in_buckets_with_the_same_embeddings(registry):
+    session = _session(registry, "minilm")
+    texts = _texts([3, 40, 5, 4, 45, 6, 2, 42])   # short and long, interleaved
+    calls = []
+    real_run = session.session.run
+    session.session.run = lambda names, feeds: calls.append(feeds) or real_run(names, feeds)
+    [[bucketed]] = session.run([[Tensor.text("text", texts)]])
+    shapes = sorted((f["input_ids"].shape for f in calls), key=lambda s: s[1])
+    longest = shapes[-1][1]
+    assert len(shapes) > 1 and shapes[-1][0] == 3   # the long texts alone
+    assert sum(rows * width for rows, width in shapes) < 8 * longest / 2
+    session.call_tokens = 10**9   # never split: every text padded to the longest
+    [[whole]] = session.run([[Tensor.text("text", texts)]])
+    assert calls[-1]["input_ids"].shape == (8, longest)
+    np.testing.assert_allclose(bucketed.array, whole.array, atol=1e-5)
+    alone = [session.run([[Tensor.text("text", [t])]])[0][0].array[0] for t in texts]
+    np.testing.assert_allclose(bucketed.array, np.stack(alone), atol=1e-5)
+
+
+@pytest.mark.parametrize("alias,inputs", [
+    ("digits", lambda: [Tensor.from_array("pixels", dataset()[2][:5])]),
+    ("minilm", lambda: [Tensor.text("text", _texts([4, 60, 7]))]),
+])
+def test_a_run_through_an_io_binding_gives_the_plain_run_s_outputs(registry, alias, inputs):
+    plain = _session(registry, alias)
+    bound = ModelSession(registry.load_alias(alias), device="cpu", io_binding=True)
+    assert not plain.io_binding and bound.io_binding   # by default: on CUDA only
+    for a, b in zip(plain.run([inputs()])[0], bound.run([inputs()])[0]):
+        assert a.name == b.name
+        np.testing.assert_allclose(a.array, b.array, atol=1e-6)
