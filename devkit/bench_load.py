@@ -65,10 +65,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="do not pin workers to their own CPU (by default the last CPU runs "
                    "the workers and the others run broker, pipeline and load generator, "
                    "standing in for a separate GPU host)")
-    p.add_argument("--batch-load-nice", type=nice_level, default=10, metavar="0-19",
+    p.add_argument("--batch-load-nice", type=nice_level, default=19, metavar="0-19",
                    help="OS priority (nice) of the process that offers batch load; it "
                    "stands in for offline jobs on other hosts, so by default it yields "
-                   "the CPU to the broker and admission it shares (0: same priority)")
+                   "the CPU to the broker and to admission, the standard/batch pipeline "
+                   "included, which runs at nice 19 (0: the broker's priority)")
     p.add_argument("--one-pipeline", dest="split_pipeline", action="store_false",
                    help="one pipeline process for all classes (by default interactive has "
                    "its own, and standard/batch admission runs at nice 19)")
