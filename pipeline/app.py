@@ -237,9 +237,8 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
         log.info("agent admits requests")
         try:
             async for events in rounds(stream, settings.take_max, within_s):
-                tps = {TopicPartition(e.message.topic, e.message.partition) for e in events}
-                await state.claim(tps, transactions)
-                await begin_round(transactions, tps)
+                await state.claim({TopicPartition(e.message.topic, e.message.partition)
+                                   for e in events}, transactions)
                 ctx = state.context(await known_topics.current())
                 decisions = [decide_safely(e.message.value, _origin(e.message), ctx)
                              for e in events]
@@ -253,16 +252,6 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
             await known_topics.close()
             await transactions.close()
     return admit
-
-
-async def begin_round(transactions: PartitionTransactions, tps: set[TopicPartition]) -> None:
-    """Begin the round's transactions, and send their AddOffsetsToTxn, before deciding
-    the round (topics/transactions.py): deciding holds the event loop, so two turns of
-    it first, one to begin and one to put each request on the wire."""
-    for tp in tps:
-        transactions.begin_early(tp)
-    for _ in range(2):
-        await asyncio.sleep(0)
 
 
 def decide_safely(payload: bytes, origin: Origin, ctx: Context) -> Decision:

@@ -20,15 +20,12 @@ broker committed the transaction but the reply was lost, the rebuilt producer fi
 offset already moved and sends nothing.
 
 A commit is four round trips one after another: AddPartitionsToTxn, then the produce
-beside AddOffsetsToTxn and TxnOffsetCommit, then EndTxn. A stage can ``begin_early``
-before it has the outputs: the transaction begins meanwhile and AddOffsetsToTxn, which
-names only the group, goes out then (aiokafka sends it with the offsets). A stage that
-knows where its outputs go (a worker, once it has decoded a batch, while its inference
-runs) has their partitions added too; its commit is left with the produce beside
-TxnOffsetCommit, then EndTxn. The pipeline begins a round's transactions as it decides
-the round. Adding a partition or a group writes nothing, so a transaction begun early
-holds no reader back; one its commit does not use is aborted, and one that broke
-meanwhile fails the commit as a fenced one does.
+beside AddOffsetsToTxn and TxnOffsetCommit, then EndTxn. A stage that knows where its
+outputs will go before it has them (a worker, once it has decoded a batch, while its
+inference runs) can ``begin_early``: the transaction begins and its partitions are added
+meanwhile, and the commit is left with the other three. Adding a partition writes
+nothing to it, so a transaction begun early holds no reader back; one its commit does
+not use is aborted, and one that broke meanwhile fails the commit as a fenced one does.
 """
 
 from __future__ import annotations
@@ -41,9 +38,7 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.client import CoordinationType
 from aiokafka.errors import KafkaError, ProducerFenced
-from aiokafka.producer.sender import AddOffsetsToTxnHandler
 from aiokafka.structs import OffsetAndMetadata
 
 from topics.clients import KafkaConnection
@@ -62,13 +57,6 @@ TXN_RETRY_BACKOFF_MS = 10
 
 Placement = Callable[[bytes | None], int]   # a record's key -> its partition
 Placements = dict[str, Placement]           # by topic, for one transaction
-
-
-@dataclass
-class Begun:
-    """A transaction begun early: where its records go, and its AddOffsetsToTxn."""
-    placements: Placements
-    group_added: asyncio.Task
 
 
 def transaction_timeout_ms(session_timeout_ms: int) -> int:
@@ -118,7 +106,7 @@ class PartitionTransactions:
         self._admin: AIOKafkaAdminClient | None = None
         self._committing: set[TopicPartition] = set()
         self._beginning: dict[TopicPartition, asyncio.Task] = {}
-        self._begun: dict[TopicPartition, Begun] = {}
+        self._begun: dict[TopicPartition, Placements] = {}   # placements chosen early
 
     def transactional_id(self, tp: TopicPartition) -> str:
         return f"{self.group_id}.{tp.topic}.{tp.partition}"
@@ -148,13 +136,13 @@ class PartitionTransactions:
         finally:
             self._committing.discard(tp)
 
-    def begin_early(self, tp: TopicPartition,
-                    destinations: list[tuple[str, bytes | None]] = ()) -> None:
-        """Begin ``tp``'s next transaction now, in the background: the consumer group
-        and the partitions that records of ``destinations`` (topic, key) go to are added
-        to it; the next commit of ``tp`` carries on with it. Only where ``tp``'s
-        producer is up and idle: a first commit fences and reads the floor first, and a
-        commit in flight owns the producer's transaction."""
+    def begin_early(self, tp: TopicPartition, destinations: list[tuple[str, bytes | None]]
+                    ) -> None:
+        """Begin ``tp``'s next transaction now, in the background, with the partitions
+        that records of ``destinations`` (topic, key) go to added to it; the next commit
+        of ``tp`` carries on with it. Only where ``tp``'s producer is up and idle: a
+        first commit fences and reads the floor first, and a commit in flight owns the
+        producer's transaction."""
         if (tp not in self._producers or tp in self._committing or tp in self._begun
                 or tp in self._beginning):
             return
@@ -170,9 +158,7 @@ class PartitionTransactions:
                 place = await self._place(producer, topic, placements)
                 added = TopicPartition(topic, place(key))   # sent with the next request
                 producer._txn_manager.maybe_add_partition_to_txn(added)
-            added = asyncio.create_task(_add_group(producer, self.group_id))
-            added.add_done_callback(_retrieve)   # awaited by the commit, unless dropped
-            self._begun[tp] = Begun(placements, added)
+            self._begun[tp] = placements
         except (KafkaError, OSError) as err:   # the commit starts over with a new producer
             log.info("beginning %s's transaction early failed: %r", tp, err)
             await self.release(tp)
@@ -185,24 +171,21 @@ class PartitionTransactions:
         if beginning is not None:
             await asyncio.wait([beginning])
         producer = await self._producer(tp)
-        begun = self._taken_over(tp, producer)
+        placements = self._taken_over(tp, producer)
         live = [e for e in entries if e.offset >= self._floor[tp]]
         if not live:
-            if begun is not None:
-                await asyncio.gather(begun.group_added, return_exceptions=True)
+            if placements is not None:
                 await producer.abort_transaction()
             return
         outputs, head = self._linked(tp, [r for e in live for r in e.outputs])
-        if begun is None:
+        if placements is None:
+            placements = {}
             await producer.begin_transaction()
         sent: list[asyncio.Future] = []
         try:
-            groups = await self._by_partition(producer, outputs,
-                                              {} if begun is None else begun.placements)
+            groups = await self._by_partition(producer, outputs, placements)
             for (topic, partition), batch in groups.items():
                 sent += await _send_batches(producer, topic, partition, batch)
-            if begun is not None:
-                await begun.group_added   # its failure is the transaction's
             position = (live[-1].offset + 1, head.metadata() if head else "")
             await producer.send_offsets_to_transaction({tp: position}, self.group_id)
             await producer.commit_transaction()
@@ -213,18 +196,19 @@ class PartitionTransactions:
         if head is not None:
             self._heads[tp] = head
 
-    def _taken_over(self, tp: TopicPartition, producer: AIOKafkaProducer) -> Begun | None:
-        """``tp``'s transaction begun early, or None. One that broke meanwhile (fenced,
-        say) raises, as the commit's own requests would have: the producer is rebuilt."""
-        begun = self._begun.pop(tp, None)
+    def _taken_over(self, tp: TopicPartition, producer: AIOKafkaProducer
+                    ) -> Placements | None:
+        """The placements of ``tp``'s transaction begun early, None where none was.
+        One that broke meanwhile (its AddPartitionsToTxn fenced, say) raises here, as
+        the commit's own requests would have: the producer is dropped and rebuilt."""
+        placements = self._begun.pop(tp, None)
         txn = producer._txn_manager
-        if begun is not None and not txn.is_in_transaction():
-            begun.group_added.cancel()
+        if placements is not None and not txn.is_in_transaction():
             ended = txn.wait_for_transaction_end()
             cause = ended.exception() if ended.done() and not ended.cancelled() else None
             raise cause if isinstance(cause, KafkaError) else KafkaError(
                 f"the transaction begun early for {tp} broke off: {cause!r}")
-        return begun
+        return placements
 
     def _linked(self, tp: TopicPartition, outputs: list[Record]
                 ) -> tuple[list[Record], ChainHead | None]:
@@ -321,10 +305,7 @@ class PartitionTransactions:
         producer = self._producers.pop(tp, None)
         self._floor.pop(tp, None)
         self._heads.pop(tp, None)
-        begun = self._begun.pop(tp, None)
-        if begun is not None:
-            begun.group_added.cancel()
-            await asyncio.gather(begun.group_added, return_exceptions=True)
+        self._begun.pop(tp, None)
         if producer is not None:
             await _stop_quietly(producer)
 
@@ -346,9 +327,10 @@ async def _send_batches(producer: AIOKafkaProducer, topic: str, partition: int,
                         records: list[Record]) -> list[asyncio.Future]:
     """``records`` in as few record batches as fit (the producers' ``BATCH_BYTES``
     each), built here: one ``send_batch`` per batch instead of a ``send`` (a future, a
-    metadata check, a partitioner call) per record, and one produce request; with a
-    ``send`` per record and aiokafka's 16 KiB batches, a round of work items left in ~12
-    (a linger until the commit would also give one, but two round trips later)."""
+    metadata check, a partitioner call) per record. They leave in one produce request
+    while AddOffsetsToTxn is in flight; with a ``send`` per record and aiokafka's 16 KiB
+    batches, a round of work items left in ~12 (a linger until the commit would also
+    give one, but two round trips later)."""
     futures = []
     batch = producer.create_batch()
     for record in records:
@@ -360,17 +342,6 @@ async def _send_batches(producer: AIOKafkaProducer, topic: str, partition: int,
                          headers=record.headers)
     futures.append(await producer.send_batch(batch, topic, partition=partition))
     return futures
-
-
-async def _add_group(producer: AIOKafkaProducer, group_id: str) -> None:
-    """AddOffsetsToTxn for ``group_id`` now (aiokafka's handler records the group as
-    added, so the commit's offsets go straight to TxnOffsetCommit); retriable errors are
-    retried after aiokafka's backoff, others raise (ProducerFenced, say)."""
-    sender, txn_id = producer._sender, producer._txn_manager.transactional_id
-    handler = AddOffsetsToTxnHandler(sender, group_id)
-    while not await handler.do(await sender._find_coordinator(CoordinationType.TRANSACTION,
-                                                              txn_id)):
-        pass
 
 
 def _retrieve(future: asyncio.Future) -> None:

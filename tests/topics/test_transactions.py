@@ -165,38 +165,6 @@ def test_a_transaction_begun_early_carries_the_next_commit(broker, prefix):
     asyncio.run(scenario())
 
 
-def _request_names(producer) -> list[str]:
-    """The names of the requests ``producer`` sends from now on."""
-    names, send = [], producer.client.send
-    producer.client.send = lambda node, request, **kw: names.append(
-        type(request).__name__) or send(node, request, **kw)
-    return names
-
-
-def test_a_round_begun_early_has_its_group_added_before_the_commit(broker, prefix):
-    """The pipeline begins a round's transaction before deciding it, with no partitions
-    known yet: AddOffsetsToTxn goes out then, and the commit sends its records and
-    offset without one."""
-    async def scenario():
-        inp, out = await _topics(broker.bootstrap, prefix)
-        tp = TopicPartition(inp, 0)
-        async with PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as tx:
-            assert await tx.commit(tp, _entries(out, range(3)))
-            producer = tx._producers[tp]
-            names = _request_names(producer)
-            tx.begin_early(tp)
-            await asyncio.sleep(0.5)   # the round being decided
-            # (retried while the broker still ends the previous transaction)
-            assert set(names) == {"AddOffsetsToTxnRequest"}
-            early = len(names)
-            assert await tx.commit(tp, _entries(out, range(3, 6)))
-            assert "AddOffsetsToTxnRequest" not in names[early:]
-            assert {"TxnOffsetCommitRequest", "EndTxnRequest"} <= set(names)
-            assert await _committed(tx, tp, 6) == 6
-        assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(6)]
-    asyncio.run(scenario())
-
-
 def test_a_transaction_begun_early_for_nothing_live_is_aborted(broker, prefix):
     """A replay below the floor commits nothing: the early transaction is aborted, and
     the next commit begins its own."""
