@@ -23,6 +23,7 @@ import numpy as np
 
 from devkit.arguments import count
 from devkit.loadgen import sentences
+from models.export.reference import build_reference
 from models.preprocess import token_ids
 from models.registry import Registry
 from runtime.settings import KipSettings
@@ -40,12 +41,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=count, default=32, help="texts per inference call")
     p.add_argument("--rounds", type=count, default=3, help="alternating timed rounds")
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
-                   help="registry with the reference models (default $KIP_REGISTRY_DIR)")
+                   help="registry with the reference models, built there if missing "
+                   "(default $KIP_REGISTRY_DIR)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
 def run(args) -> int:
-    session = ModelSession(Registry(args.registry).load_alias("minilm"), device="cpu")
+    registry = Registry(args.registry)
+    build_reference(registry)   # once per registry: the export needs torch (the dev extra)
+    session = ModelSession(registry.load_alias("minilm"), device="cpu")
     report = {name: measure(session, texts, args.batch, args.rounds)
               for name, texts in (("mixed", mixed_texts(args.texts)),
                                   ("uniform", sentences(args.texts)))}
