@@ -6,10 +6,11 @@ length bucket, workers/buckets.py), checks the outputs (row count, finite values
 splits them back per request. It is synchronous: the worker calls it in an executor so
 the event loop (and Kafka heartbeats) keep running.
 
-On CUDA a call goes through an I/O binding: the inputs are copied to the GPU once,
-before the call, and the outputs stay there until the call has finished, when they are
-copied back in one step (ONNX Runtime's recommended path for CUDA; a plain ``run``
-stages both through its own buffers on every call).
+On CUDA a call goes through an I/O binding: the inputs are copied to the GPU before
+the call, and the outputs stay there until the call has finished, when they are copied
+back in one step (ONNX Runtime's advice for non-CPU providers; a plain ``run`` stages
+both through its own buffers within the call). What it saves a worker, whose data goes
+CPU → GPU → CPU on every call, is not measured yet (docs/architecture.md).
 
 ``Sessions`` (workers/sessions.py) holds the versions a worker has loaded.
 """
