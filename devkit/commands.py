@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from devkit import (bench_batch, bench_buckets, bench_burst, bench_checks, bench_cost,
-                    bench_load, bench_rollout, bench_throughput, faults)
+                    bench_load, bench_prepare, bench_rollout, bench_throughput, faults)
 from devkit.settings import DevSettings
 
 
@@ -32,6 +32,8 @@ BENCHES = [
      "beside request authentication (no Kafka)"),
     ("buckets", bench_buckets, "MiniLM batches in length buckets against padding to the "
      "longest text: sequences/s and their ratio (no Kafka)"),
+    ("prepare", bench_prepare, "MiniLM chunks tokenized ahead in a thread of their own "
+     "against in turn: sequences/s, the inference thread's wait per chunk (no Kafka)"),
 ]
 
 

@@ -20,11 +20,11 @@ from schemas.messages import WorkItem
 from schemas.stamps import StampKeys, check_stamp
 from topics.names import TopicNames
 from topics.outputs import Output
-from workers.batching import ChunkRun, group_by, run_group
+from workers.batching import ChunkRun, Stages, group_by, run_group
 from workers.checks import check_addressed, check_inputs
 from workers.outcome import Stamps, poisoned, terminal_outputs, undecodable
 from workers.pace import Pace
-from workers.session import ModelSession
+from workers.session import ModelSession, Prepared
 from workers.sessions import Sessions
 
 log = logging.getLogger("kip.worker")
@@ -38,7 +38,8 @@ class Answering:
     """What answering needs: the model served, the stamp keys, the loaded sessions, the
     lane's inference thread, whether one call takes the whole group (interactive) or
     calls are sized by ``pace``, where outputs go, and who is told of the work items
-    that passed their checks before their inference runs (``before_inference``)."""
+    that passed their checks before their inference runs (``before_inference``), and the
+    lane's thread that prepares the next chunk while one runs (``preparer``; None: none)."""
 
     model: str
     keys: StampKeys
@@ -49,6 +50,7 @@ class Answering:
     chunk_bounds: tuple[int, int]   # fewest and most requests per call
     names: TopicNames
     before_inference: Callable[[list[Pair]], None] | None = None
+    preparer: Executor | None = None
 
     def chunk(self, version: str, pairs: list[Pair]) -> int:
         """Requests per inference call for ``pairs`` of ``version``."""
@@ -135,7 +137,7 @@ async def _answer_version(version: str, group: list[Pair], pulled_ms: float,
         except Exception as err:   # a check that raised anything else is a kip defect
             metrics.WORK_REFUSED.labels(how.model, getattr(err, "code", "INTERNAL")).inc()
             answers[id(record)] = poisoned(record, item, Stamps(pulled_ms), how.names, err)
-    runs = await run_group(how.executor, partial(_run_session, session), runnable,
+    runs = await run_group(how.executor, _stages(session, how.preparer), runnable,
                            how.chunk(version, runnable), _deadline)
     for run in runs:
         answers |= _outputs_of(run, session, pulled_ms, how.names)
@@ -169,8 +171,16 @@ def _outputs_of(run: ChunkRun[Pair], session: ModelSession, pulled_ms: float,
     return answers
 
 
-def _run_session(session: ModelSession, pairs: list[Pair]) -> list:
-    return session.run([item.request.inputs for _, item in pairs])
+def _stages(session: ModelSession, preparer: Executor | None) -> Stages[Pair]:
+    """The session's two steps on work items. The next chunk is prepared ahead only where
+    the model tokenizes: joining tensor rows costs less than handing them to a thread
+    (docs/benchmarks.md, "Text prepared ahead")."""
+    return Stages(partial(_prepare, session), session.execute,
+                  preparer if session.tokenizer is not None else None)
+
+
+def _prepare(session: ModelSession, pairs: list[Pair]) -> Prepared:
+    return session.prepare([item.request.inputs for _, item in pairs])
 
 
 def _rows(item: WorkItem) -> int:

@@ -7,11 +7,14 @@
   each class's requests run per model version.
 - ``run_group``: a group runs in chunks (standard and batch requests in chunks of about
   ``background_call_ms`` of inference, sized by ``workers/pace.py``: one chunk is the
-  longest an interactive request waits for the device), back to back in the inference thread, so the device goes from one
-  chunk to the next without a round trip through the event loop, which is busy with
-  fetches and commits under load. Deadlines are checked right before each chunk, so a
-  request that expires while earlier chunks run is not inferred. A chunk that fails is
-  run again one request at a time, so only a poison request fails.
+  longest an interactive request waits for the device), back to back in the inference
+  thread, so the device goes from one chunk to the next without a round trip through
+  the event loop, which is busy with fetches and commits under load. Where ``Stages``
+  has a thread ``ahead``, the next chunk is prepared (tokenized) there while this one
+  executes, so the device does not wait for the tokenizer either. Deadlines are checked
+  right before each chunk, so a request that expires while earlier chunks run is not
+  inferred. A chunk that fails is run again one request at a time, so only a poison
+  request fails.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord
@@ -89,19 +92,62 @@ def chunked(items: Sequence[P], size: int) -> list[list[P]]:
     return [list(items[a:b]) for a, b in zip(bounds, bounds[1:])]
 
 
-def run_chunks(run: Callable[[list[P]], list], chunks: list[list[P]],
-               deadline: Callable[[P], int]) -> list[ChunkRun[P]]:
-    """Run ``run`` on each chunk's live requests in turn, in the calling (inference)
-    thread; an exception is kept in its chunk's outcome, not raised."""
+@dataclass(frozen=True)
+class Stages(Generic[P]):
+    """How a chunk runs: ``prepare`` its requests (no device: joining rows, tokenizing),
+    then ``execute`` what was prepared (the device). ``ahead``: a thread of its own in
+    which the next chunk is prepared while this one executes; None: each chunk is
+    prepared in turn, right before it executes."""
+
+    prepare: Callable[[list[P]], Any]
+    execute: Callable[[Any], list]
+    ahead: Executor | None = None
+
+    @classmethod
+    def single(cls, run: Callable[[list[P]], list]) -> Stages[P]:
+        """One step, nothing to prepare ahead."""
+        return cls(lambda live: live, run)
+
+
+class _Preparation(Generic[P]):
+    """One chunk's preparation: begun in ``stages.ahead`` for the requests live when it
+    began, or done when it is needed."""
+
+    def __init__(self, stages: Stages[P], items: list[P]) -> None:
+        self.stages, self.items = stages, items
+        self.future = (stages.ahead.submit(stages.prepare, items)
+                       if stages.ahead is not None and items else None)
+
+    def result(self, live: list[P]) -> Any:
+        """``live`` prepared: what was begun ahead if it is still the same requests (one
+        that expired meanwhile means preparing the rest again, here)."""
+        if self.future is not None and _same(live, self.items):
+            return self.future.result()
+        return self.stages.prepare(live)
+
+
+def _same(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def run_chunks(stages: Stages[P], chunks: list[list[P]], deadline: Callable[[P], int]
+               ) -> list[ChunkRun[P]]:
+    """Run each chunk's live requests in turn, in the calling (inference) thread, the
+    next chunk prepared ahead while one executes; an exception is kept in its chunk's
+    outcome, not raised."""
     outcomes = []
-    for chunk in chunks:
+    upcoming = _Preparation(stages, _live(chunks[0], deadline)) if chunks else None
+    for k, chunk in enumerate(chunks):
         started = time.time() * 1000   # the instant checked is the instant stamped
         live = [p for p in chunk if deadline(p) > started]
         outcome = ChunkRun(live, [p for p in chunk if deadline(p) <= started])
+        preparation = upcoming
+        if k + 1 < len(chunks):
+            upcoming = _Preparation(stages, _live(chunks[k + 1], deadline))
         if live:
             outcome.started_ms = started
             try:
-                outcome.outputs = run(live)
+                outcome.outputs = stages.execute(preparation.result(live))
             except Exception as exc:   # run_group decides: retry one by one, or poison
                 outcome.error = exc
             outcome.finished_ms = time.time() * 1000
@@ -109,13 +155,18 @@ def run_chunks(run: Callable[[list[P]], list], chunks: list[list[P]],
     return outcomes
 
 
-async def run_group(executor: Executor, run: Callable[[list[P]], list], items: list[P],
-                    chunk: int, deadline: Callable[[P], int]) -> list[ChunkRun[P]]:
+def _live(chunk: list[P], deadline: Callable[[P], int]) -> list[P]:
+    now = time.time() * 1000
+    return [p for p in chunk if deadline(p) > now]
+
+
+async def run_group(executor: Executor, stages: Stages[P], items: list[P], chunk: int,
+                    deadline: Callable[[P], int]) -> list[ChunkRun[P]]:
     """Run ``items`` in chunks of ``chunk``, back to back in ``executor``. A chunk that
     fails with more than one live request is run again one request at a time, so in the
     outcomes only a poison request keeps its error."""
     runs = await asyncio.get_running_loop().run_in_executor(
-        executor, run_chunks, run, chunked(items, chunk), deadline)
+        executor, run_chunks, stages, chunked(items, chunk), deadline)
     outcomes: list[ChunkRun[P]] = []
     for outcome in runs:
         if outcome.error is None or len(outcome.live) <= 1:
@@ -124,5 +175,5 @@ async def run_group(executor: Executor, run: Callable[[list[P]], list], items: l
         log.warning("a chunk of %d failed (%s); retrying one by one", len(outcome.live),
                     outcome.error)
         outcomes.append(ChunkRun([], outcome.expired))
-        outcomes += await run_group(executor, run, outcome.live, 1, deadline)
+        outcomes += await run_group(executor, stages, outcome.live, 1, deadline)
     return outcomes

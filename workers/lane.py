@@ -81,6 +81,7 @@ class Lane:
     model: str
     consumer: AIOKafkaConsumer
     executor: ThreadPoolExecutor
+    preparer: ThreadPoolExecutor | None   # the next chunk's tokenizing (background only)
     transactions: PartitionTransactions
     sealing: Sealing
     names: TopicNames
@@ -131,6 +132,8 @@ class Lane:
         await self.consumer.stop()
         await self.transactions.close()
         self.executor.shutdown(wait=True)
+        if self.preparer is not None:
+            self.preparer.shutdown(wait=True)
 
 
 def open_lane(settings: WorkerSettings, model: str, name: str, topics: list[str],
@@ -151,10 +154,11 @@ def open_lane(settings: WorkerSettings, model: str, name: str, topics: list[str]
         any_partition=settings.names.any_partition,
         chaining=sealing.chaining(settings.names.audit))
     executor = (ThreadPoolExecutor(1, thread_name_prefix="kip-infer") if name else
-                ThreadPoolExecutor(1, thread_name_prefix="kip-infer-background",
-                                   initializer=_lower_thread_priority))
-    lane = Lane(name or "background", model, consumer, executor, transactions, sealing,
-                settings.names)
+                _background_thread("kip-infer-background"))
+    # An interactive batch runs in one call: there is no next chunk to prepare.
+    preparer = None if name else _background_thread("kip-prepare-background")
+    lane = Lane(name or "background", model, consumer, executor, preparer, transactions,
+                sealing, settings.names)
     consumer.subscribe(topics, listener=_Revocations(lane))
     return lane
 
@@ -187,6 +191,10 @@ def _observe(answers: list[list[Output]], model: str) -> None:
     metrics.observe_latencies(results, model)
     for result in results:
         HEALTH.observe(result)
+
+
+def _background_thread(prefix: str) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(1, thread_name_prefix=prefix, initializer=_lower_thread_priority)
 
 
 def _lower_thread_priority() -> None:

@@ -1,10 +1,12 @@
 """Model loading and ONNX Runtime sessions, one per immutable model version.
 
-``ModelSession.run`` takes the inputs of several requests, concatenates their rows,
-tokenizes text where the manifest says so, runs the session (once; for text, once per
-length bucket, workers/buckets.py), checks the outputs (row count, finite values) and
-splits them back per request. It is synchronous: the worker calls it in an executor so
-the event loop (and Kafka heartbeats) keep running.
+``ModelSession.run`` takes the inputs of several requests and answers them in two steps:
+``prepare`` concatenates their rows and tokenizes text where the manifest says so (no
+device); ``execute`` runs the session (once; for text, once per length bucket,
+workers/buckets.py), checks the outputs (row count, finite values) and splits them back
+per request. A lane prepares its next chunk while this one executes (workers/batching.py).
+Both are synchronous: the worker calls them in threads so the event loop (and Kafka
+heartbeats) keep running.
 
 On CUDA a call goes through an I/O binding: the inputs are copied to the GPU before
 the call, and the outputs stay there until the call has finished, when they are copied
@@ -18,6 +20,7 @@ CPU → GPU → CPU on every call, is not measured yet (docs/architecture.md).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +60,16 @@ def choose_providers(device: str, assume_gpu: bool = False) -> list[str]:
 def _with_cuda() -> list[str]:
     cuda.preload()   # the wheels' CUDA libraries, before the provider looks for them
     return [CUDA, CPU]
+
+
+@dataclass
+class Prepared:
+    """A chunk made ready for its session: the rows of each request, and the joined
+    input arrays or, for text, each row's token ids (not padded)."""
+
+    rows: list[int]
+    arrays: dict[str, np.ndarray] | None = None
+    ids: list[list[int]] | None = None
 
 
 class ModelSession:
@@ -110,24 +123,36 @@ class ModelSession:
 
     def run(self, requests: list[list[Tensor]]) -> list[list[Tensor]]:
         """Outputs per request, in order; raises ``InferenceFailed`` for the whole batch."""
-        rows = [_rows(inputs) for inputs in requests]
-        outputs = self.infer(requests)
-        bounds = np.cumsum([0, *rows])
-        return [[Tensor.of_output(name, out[bounds[i]:bounds[i + 1]])
-                 for name, out in zip(self.output_names, outputs)]
-                for i in range(len(requests))]
+        return self.execute(self.prepare(requests))
 
-    def infer(self, requests: list[list[Tensor]]) -> list[np.ndarray]:
-        """The outputs for every row of ``requests``, concatenated, checked."""
+    def prepare(self, requests: list[list[Tensor]]) -> Prepared:
+        """The rows of ``requests`` joined per input, text tokenized: the part of a run
+        that needs no device, so a lane can do it for the next chunk while this one runs
+        (workers/batching.py)."""
         joined = {spec.name: np.concatenate([_named(r, spec.name).array for r in requests])
                   for spec in self.manifest.inputs}
+        rows = [_rows(inputs) for inputs in requests]
         pre = self.manifest.preprocessing
         if pre is None:
-            outputs = self._call(joined)
-            _check(outputs, self.output_names, len(next(iter(joined.values()))))
+            return Prepared(rows, arrays=joined)
+        return Prepared(rows, ids=token_ids(
+            self.tokenizer, [str(t) for t in joined[pre.text_input]], pre.max_length))
+
+    def execute(self, prepared: Prepared) -> list[list[Tensor]]:
+        """Run what ``prepare`` made: outputs per request, in order."""
+        outputs = self._infer(prepared)
+        bounds = np.cumsum([0, *prepared.rows])
+        return [[Tensor.of_output(name, out[bounds[i]:bounds[i + 1]])
+                 for name, out in zip(self.output_names, outputs)]
+                for i in range(len(prepared.rows))]
+
+    def _infer(self, prepared: Prepared) -> list[np.ndarray]:
+        """The outputs for every row, concatenated, checked: text in length buckets."""
+        if prepared.ids is None:
+            outputs = self._call(prepared.arrays)
+            _check(outputs, self.output_names, sum(prepared.rows))
             return outputs
-        ids = token_ids(self.tokenizer, [str(t) for t in joined[pre.text_input]],
-                        pre.max_length)
+        ids = prepared.ids
         buckets = length_buckets([len(row) for row in ids], self.call_tokens)
         if len(buckets) == 1:
             return self._text_call(ids)

@@ -181,7 +181,7 @@ class Worker:
                             self.pace, interactive,
                             (s.background_min_batch, min(s.background_max_batch,
                                                          self.max_batch)), s.names,
-                            lane.begin_early if interactive else None)
+                            lane.begin_early if interactive else None, lane.preparer)
             answers = await answer(records, pulled, how)
             inferred += sum(ran_inference(outputs) for outputs in answers.values())
             if n == 0:

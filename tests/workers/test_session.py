@@ -1,5 +1,7 @@
 """Real ONNX Runtime sessions on the real reference models."""
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
@@ -103,3 +105,30 @@ def test_a_run_through_an_io_binding_gives_the_plain_run_s_outputs(registry, ali
     for a, b in zip(plain.run([inputs()])[0], bound.run([inputs()])[0]):
         assert a.name == b.name
         np.testing.assert_allclose(a.array, b.array, atol=1e-6)
+
+
+def test_a_chunk_prepared_in_another_thread_runs_as_it_would_in_one_step(registry):
+    session = _session(registry, "minilm")
+    first = [[Tensor.text("text", _texts([5, 30]))], [Tensor.text("text", _texts([8]))]]
+    second = [[Tensor.text("text", _texts([12, 3, 50]))]]
+    expected = [session.run(first), session.run(second)]
+    with ThreadPoolExecutor(1) as ahead:
+        prepared = session.prepare(first)
+        upcoming = ahead.submit(session.prepare, second)
+        got = [session.execute(prepared), session.execute(upcoming.result())]
+    assert prepared.rows == [2, 1] and prepared.arrays is None
+    lengths = [len(ids) for ids in prepared.ids]
+    assert lengths[0] < lengths[2] < lengths[1]   # each text's own tokens: not padded
+    assert all(ids[-1] == 102 for ids in prepared.ids)   # each ends in [SEP]
+    for want, have in zip(expected, got):
+        for a, b in zip(sum(want, []), sum(have, [])):
+            np.testing.assert_allclose(a.array, b.array, atol=1e-6)
+
+
+def test_tensors_are_prepared_as_their_rows_joined(registry):
+    session = _session(registry, "digits")
+    pixels = dataset()[2][:3]
+    prepared = session.prepare([[Tensor.from_array("pixels", pixels[:1])],
+                                [Tensor.from_array("pixels", pixels[1:])]])
+    assert prepared.rows == [1, 2] and prepared.ids is None
+    np.testing.assert_array_equal(prepared.arrays["pixels"], pixels)
