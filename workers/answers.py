@@ -172,11 +172,10 @@ def _outputs_of(run: ChunkRun[Pair], session: ModelSession, pulled_ms: float,
 
 
 def _stages(session: ModelSession, preparer: Executor | None) -> Stages[Pair]:
-    """The session's two steps on work items. The next chunk is prepared ahead only where
-    the model tokenizes: joining tensor rows costs less than handing them to a thread
-    (docs/benchmarks.md, "Text prepared ahead")."""
+    """The session's two steps on work items, the next chunk prepared ahead where the
+    session asks for it (``ModelSession.prepare_ahead``)."""
     return Stages(partial(_prepare, session), session.execute,
-                  preparer if session.tokenizer is not None else None)
+                  preparer if session.prepare_ahead else None)
 
 
 def _prepare(session: ModelSession, pairs: list[Pair]) -> Prepared:

@@ -78,8 +78,11 @@ class ModelSession:
 
     def __init__(self, loaded: LoadedVersion, device: str = "auto",
                  intra_op_threads: int = 0, assume_gpu: bool = False,
-                 spinning: bool = False, io_binding: bool | None = None) -> None:
-        """``io_binding``: run through an I/O binding (default: on CUDA only)."""
+                 spinning: bool = False, io_binding: bool | None = None,
+                 prepare_ahead: bool | None = None) -> None:
+        """``io_binding``: run through an I/O binding (default: on CUDA only).
+        ``prepare_ahead``: a lane tokenizes the next chunk while one executes (default:
+        on CUDA only; never for a model without a tokenizer)."""
         import onnxruntime as ort
 
         self.loaded = loaded
@@ -102,6 +105,10 @@ class ModelSession:
         self.io_binding = self.provider == CUDA if io_binding is None else io_binding
         self.call_tokens = CUDA_CALL_TOKENS if self.provider == CUDA else CPU_CALL_TOKENS
         self.tokenizer = self._load_tokenizer()
+        # On a CPU the tokenizer would take the cores ONNX Runtime runs on, and joining
+        # tensor rows costs less than a hand-off to a thread (docs/architecture.md).
+        self.prepare_ahead = self.tokenizer is not None and (
+            self.provider == CUDA if prepare_ahead is None else prepare_ahead)
         self.output_names = [o.name for o in self.manifest.outputs]
         log.info("loaded %s@%s on %s", self.manifest.name, self.manifest.version, self.provider)
 

@@ -29,7 +29,7 @@ def test_a_pull_runs_in_calls_of_max_batch_and_commits_once(broker, registry, pr
     names = TopicNames(prefix)
 
     async def scenario():
-        settings = await _digits_worker(broker, registry, names, tmp_path, max_batch=CALL,
+        settings = await _worker_settings(broker, registry, names, tmp_path, max_batch=CALL,
                                         background_pull=PULL, max_delay_ms=5_000,
                                         background_min_batch=CALL)
         async with Worker(settings) as worker:
@@ -50,25 +50,28 @@ def test_a_pull_runs_in_calls_of_max_batch_and_commits_once(broker, registry, pr
     asyncio.run(scenario())
 
 
-async def _digits_worker(broker, registry, names: TopicNames, home, **options
-                         ) -> WorkerSettings:
-    """The topics, and settings for a digits worker on them."""
-    await apply(broker.kafka, catalogue(names, ["digits"]))
+async def _worker_settings(broker, registry, names: TopicNames, home, model: str = "digits",
+                         **options) -> WorkerSettings:
+    """The topics, and settings for a worker of ``model`` (digits) on them."""
+    await apply(broker.kafka, catalogue(names, [model]))
     settings = WorkerSettings(home=home, bootstrap=broker.bootstrap, topic_prefix=names.prefix,
-                              registry_dir=registry.root, model="digits", **options)
+                              registry_dir=registry.root, model=model, **options)
     settings.ensure_keys()
     return settings
 
 
 async def _answered_from_one_partition(broker, registry, names: TopicNames,
-                                       settings: WorkerSettings, count: int
+                                       settings: WorkerSettings, count: int,
+                                       inputs: list[dict] | None = None
                                        ) -> tuple[list[WorkItem], list[InferenceResult]]:
-    """``count`` standard work items sent to partition 0, and the results read back
-    once there are as many (or after 30 s)."""
-    items = [stamped(_work_item(registry, names), settings.stamp_keys()) for _ in range(count)]
+    """``count`` standard work items (digits, or ``settings.model`` with ``inputs``)
+    sent to partition 0, and the results read back once there are as many (or after
+    30 s)."""
+    items = [stamped(_work_item(registry, names, settings.model, inputs and inputs[i]),
+                     settings.stamp_keys()) for i in range(count)]
     async with AIOKafkaProducer(bootstrap_servers=broker.bootstrap) as producer:
         for item in items:
-            await producer.send(names.work("digits", Priority.STANDARD), encode(item),
+            await producer.send(names.work(settings.model, Priority.STANDARD), encode(item),
                                 partition=0, headers=headers(item))
     for _ in range(60):
         results = await read_topic(broker.kafka, names.results)

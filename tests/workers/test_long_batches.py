@@ -28,12 +28,13 @@ SESSION_TIMEOUT_MS = 6_000        # the broker's minimum
 INFERENCE_S = 10.0                # well past it
 
 
-def _work_item(registry, names: TopicNames) -> WorkItem:
-    manifest = registry.resolve("digits").manifest
+def _work_item(registry, names: TopicNames, model: str = "digits",
+               inputs: dict | None = None) -> WorkItem:
+    manifest = registry.resolve(model).manifest
     request = signer(topic_prefix=names.prefix).request(
-        "digits", {"pixels": np.zeros((1, 64), np.float32)}, priority="standard",
+        model, inputs or {"pixels": np.zeros((1, 64), np.float32)}, priority="standard",
         deadline_ms=now_ms() + 120_000)
-    route = Route(alias="digits", model_name=manifest.name, model_version=manifest.version,
+    route = Route(alias=model, model_name=manifest.name, model_version=manifest.version,
                   artifact_sha256=manifest.artifact_sha256)
     return WorkItem(request=request, route=route, routed_at_ms=now_ms(),
                     deadline_ms=request.deadline_ms)

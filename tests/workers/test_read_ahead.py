@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from tests.workers.test_background_pull import _answered_from_one_partition, _digits_worker
+from tests.workers.test_background_pull import _answered_from_one_partition, _worker_settings
 from tests.workers.test_long_batches import _slowed
 from topics.names import TopicNames
 from workers.worker import Worker
@@ -23,7 +23,7 @@ def test_the_next_batch_waits_in_line_and_commits_in_order(broker, registry, pre
     names = TopicNames(prefix)
 
     async def scenario():
-        settings = await _digits_worker(broker, registry, names, tmp_path, max_batch=PULL,
+        settings = await _worker_settings(broker, registry, names, tmp_path, max_batch=PULL,
                                         background_pull=PULL, background_min_batch=PULL)
         async with Worker(settings) as worker:
             for session in worker.sessions.loaded.values():

@@ -132,3 +132,11 @@ def test_tensors_are_prepared_as_their_rows_joined(registry):
                                 [Tensor.from_array("pixels", pixels[1:])]])
     assert prepared.rows == [1, 2] and prepared.ids is None
     np.testing.assert_array_equal(prepared.arrays["pixels"], pixels)
+
+
+def test_only_text_prepares_ahead_and_on_cpu_only_when_asked(registry):
+    assert not _session(registry, "minilm").prepare_ahead   # on CUDA by default
+    asked = {alias: ModelSession(registry.load_alias(alias), device="cpu",
+                                 prepare_ahead=True).prepare_ahead
+             for alias in ("minilm", "digits")}
+    assert asked == {"minilm": True, "digits": False}   # tensors: no tokenizer to overlap
