@@ -4,7 +4,9 @@ transactions.
 A worker has two lanes: the interactive lane reads ``kip.work.<model>.interactive``;
 the background lane reads the standard and batch topics. Each has its own connection
 and inference thread, so an interactive request never waits behind fetched or running
-batch work; the background thread runs at a lower OS priority.
+batch work; the background thread runs at a lower OS priority. The background lane has
+a second thread, at the same priority, that prepares the next chunk of text while one
+runs, where the session asks for it (on CUDA: ``ModelSession.prepare_ahead``).
 
 Delivery: exactly-once for read_committed readers. A batch's outputs leave in one Kafka
 transaction per input partition, together with that partition's next offset

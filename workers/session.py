@@ -4,7 +4,8 @@
 ``prepare`` concatenates their rows and tokenizes text where the manifest says so (no
 device); ``execute`` runs the session (once; for text, once per length bucket,
 workers/buckets.py), checks the outputs (row count, finite values) and splits them back
-per request. A lane prepares its next chunk while this one executes (workers/batching.py).
+per request. On CUDA the background lane prepares its next chunk while one executes
+(``prepare_ahead``, workers/batching.py).
 Both are synchronous: the worker calls them in threads so the event loop (and Kafka
 heartbeats) keep running.
 
