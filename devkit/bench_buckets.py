@@ -39,6 +39,11 @@ NEVER_SPLIT = 10**12   # call_tokens for the baseline: one call per batch
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--texts", type=count, default=512, help="texts per mix")
     p.add_argument("--batch", type=count, default=32, help="texts per inference call")
+    add_session_arguments(p)
+
+
+def add_session_arguments(p: argparse.ArgumentParser) -> None:
+    """What every MiniLM session bench takes: rounds, the registry, JSON output."""
     p.add_argument("--rounds", type=count, default=3, help="alternating timed rounds")
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
                    help="registry with the reference models, built there if missing "
@@ -46,10 +51,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
-def run(args) -> int:
-    registry = Registry(args.registry)
+def minilm_session(registry_dir: Path, device: str = "cpu") -> ModelSession:
+    """MiniLM from ``registry_dir``, the reference models built there first if missing."""
+    registry = Registry(registry_dir)
     build_reference(registry)   # once per registry: the export needs torch (the dev extra)
-    session = ModelSession(registry.load_alias("minilm"), device="cpu")
+    return ModelSession(registry.load_alias("minilm"), device=device)
+
+
+def run(args) -> int:
+    session = minilm_session(args.registry)
     report = {name: measure(session, texts, args.batch, args.rounds)
               for name, texts in (("mixed", mixed_texts(args.texts)),
                                   ("uniform", sentences(args.texts)))}

@@ -19,15 +19,11 @@ import argparse
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 
 from devkit.arguments import count
-from devkit.bench_buckets import mixed_texts
-from models.export.reference import build_reference
-from models.registry import Registry
-from runtime.settings import KipSettings
+from devkit.bench_buckets import add_session_arguments, minilm_session, mixed_texts
 from schemas.tensors import Tensor
 from workers.batching import Stages, run_chunks
 from workers.session import ModelSession
@@ -38,18 +34,13 @@ WAYS = ("in turn", "ahead")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--texts", type=count, default=1024, help="texts per round")
     p.add_argument("--chunk", type=count, default=64, help="requests (texts) per call")
-    p.add_argument("--rounds", type=count, default=3, help="alternating timed rounds")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu")
-    p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
-                   help="registry with the reference models, built there if missing "
-                   "(default $KIP_REGISTRY_DIR)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu",
+                   help="where the session runs (cuda: the case this is built for)")
+    add_session_arguments(p)
 
 
 def run(args) -> int:
-    registry = Registry(args.registry)
-    build_reference(registry)   # once per registry: the export needs torch (the dev extra)
-    session = ModelSession(registry.load_alias("minilm"), device=args.device)
+    session = minilm_session(args.registry, args.device)
     texts = mixed_texts(args.texts)
     chunks = [[[Tensor.text("text", [t])] for t in texts[i:i + args.chunk]]
               for i in range(0, len(texts), args.chunk)]
