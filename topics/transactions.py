@@ -117,22 +117,25 @@ class PartitionTransactions:
 
         Any failure (fenced, timed out, broker gone) drops the producer; while we still
         own the partition, a fresh one fences whoever else holds the id, reads the floor
-        and tries again. Retrying cannot publish twice: the floor skips what is done.
+        and tries again. Retrying cannot publish twice: the floor skips what is done. No
+        producer is built for a partition we no longer own (after a failure here or in
+        a transaction begun early): it would fence the partition's new owner.
         """
         self._committing.add(tp)
         try:
             while True:
+                if tp not in self._producers and not self.owned(tp):
+                    return False
                 try:
                     await asyncio.wait_for(self._attempt(tp, entries), self.timeout_ms / 1000)
                     return True
                 except (KafkaError, asyncio.TimeoutError, OSError) as err:
                     fenced = isinstance(err, ProducerFenced)
-                    log.warning("transaction for %s %s; rebuilding its producer", tp,
+                    log.warning("transaction for %s %s; dropping its producer", tp,
                                 "fenced by another owner" if fenced else f"failed ({err!r})")
                     await self.release(tp)
-                    if not self.owned(tp):
-                        return False
-                    await asyncio.sleep(RETRY_BACKOFF_S)
+                    if self.owned(tp):
+                        await asyncio.sleep(RETRY_BACKOFF_S)
         finally:
             self._committing.discard(tp)
 

@@ -96,6 +96,30 @@ def test_a_new_owner_fences_the_old_one(broker, prefix, early):
     assert [c["message"] for c in lost] == []
 
 
+def test_a_partition_lost_while_it_had_no_producer_is_left_to_its_new_owner(broker, prefix):
+    """The old owner's producer was dropped (a transaction begun early failed, say) and
+    the partition moved meanwhile: its next commit builds no producer, so it neither
+    fences the new owner nor publishes the records the new owner answers."""
+    async def scenario():
+        inp, out = await _topics(broker.bootstrap, prefix)
+        tp = TopicPartition(inp, 0)
+        owner = {"old": True}
+        async with (PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS,
+                                          owned=lambda _: owner["old"]) as old,
+                    PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as new):
+            assert await old.commit(tp, _entries(out, range(3)))
+            await old.release(tp)
+            owner["old"] = False
+            assert await new.commit(tp, _entries(out, range(3, 6)))
+            producer = new._producers[tp]
+            assert not await old.commit(tp, _entries(out, [6], tag="zombie"))
+            assert await new.commit(tp, _entries(out, [6]))
+            assert new._producers[tp] is producer, "the new owner was fenced"
+            assert await _committed(new, tp, 7) == 7
+        assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(7)]
+    asyncio.run(scenario())
+
+
 def test_a_fresh_producer_skips_what_is_already_committed(broker, prefix):
     async def scenario():
         inp, out = await _topics(broker.bootstrap, prefix)
