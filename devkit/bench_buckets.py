@@ -1,5 +1,6 @@
 """``kip bench buckets``: MiniLM batches run in length buckets (workers/buckets.py) beside
-the same batches padded to their longest text, in one run, on this machine's CPU.
+the same batches padded to their longest text, in one run (on this machine's CPU unless
+``--device`` says otherwise).
 
 Two mixes of texts, in batches of ``--batch``:
 
@@ -9,7 +10,8 @@ Two mixes of texts, in batches of ``--batch``:
 For each it prints the tokens run per text (padding included), sequences/s with buckets
 and without (rounds alternate, so the machine's drift falls on both), their ratio, and
 the largest difference between the two runs' embeddings. No Kafka: this is the worker's
-``ModelSession.run``.
+``ModelSession.run``. ``--call-tokens`` replaces the provider's estimate of what a call
+costs (workers/buckets.py), so that runs of several values show where it lies.
 """
 
 from __future__ import annotations
@@ -39,11 +41,16 @@ NEVER_SPLIT = 10**12   # call_tokens for the baseline: one call per batch
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--texts", type=count, default=512, help="texts per mix")
     p.add_argument("--batch", type=count, default=32, help="texts per inference call")
+    p.add_argument("--call-tokens", type=count, default=None,
+                   help="what one call costs, in tokens (default: the provider's estimate)")
     add_session_arguments(p)
 
 
 def add_session_arguments(p: argparse.ArgumentParser) -> None:
-    """What every MiniLM session bench takes: rounds, the registry, JSON output."""
+    """What every MiniLM session bench takes: the device, rounds, the registry, JSON
+    output."""
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu",
+                   help="where the session runs")
     p.add_argument("--rounds", type=count, default=3, help="alternating timed rounds")
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
                    help="registry with the reference models, built there if missing "
@@ -59,7 +66,8 @@ def minilm_session(registry_dir: Path, device: str = "cpu") -> ModelSession:
 
 
 def run(args) -> int:
-    session = minilm_session(args.registry)
+    session = minilm_session(args.registry, args.device)
+    session.call_tokens = args.call_tokens or session.call_tokens
     report = {name: measure(session, texts, args.batch, args.rounds)
               for name, texts in (("mixed", mixed_texts(args.texts)),
                                   ("uniform", sentences(args.texts)))}
@@ -89,7 +97,8 @@ def measure(session: ModelSession, texts: list[str], batch: int, rounds: int) ->
             timings[name].append(time.perf_counter() - started)
     session.call_tokens = own
     rate = {name: len(texts) / min(t) for name, t in timings.items()}
-    return {"texts": len(texts), "batch": batch,
+    return {"texts": len(texts), "batch": batch, "provider": session.provider,
+            "call_tokens": own,
             "tokens_per_text": _tokens_per_text(session, chunks, own),
             "sequences_per_s": rate, "ratio": rate["buckets"] / rate["longest"],
             "max_abs_difference": float(max(np.abs(a - b).max() for a, b in
@@ -109,7 +118,9 @@ def _tokens_per_text(session: ModelSession, chunks: list[list[str]], call_tokens
 
 
 def render(report: dict) -> str:
-    lines = [f"{'mix':8} {'tokens/text':>18} {'sequences/s':>22} {'ratio':>6} {'max diff':>9}",
+    first = next(iter(report.values()))
+    lines = [f"on {first['provider']}, a call counted as {first['call_tokens']} tokens",
+             f"{'mix':8} {'tokens/text':>18} {'sequences/s':>22} {'ratio':>6} {'max diff':>9}",
              f"{'':8} {'buckets':>8} {'longest':>9} {'buckets':>10} {'longest':>11}"]
     for name, r in report.items():
         t, s = r["tokens_per_text"], r["sequences_per_s"]

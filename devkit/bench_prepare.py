@@ -34,8 +34,6 @@ WAYS = ("in turn", "ahead")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--texts", type=count, default=1024, help="texts per round")
     p.add_argument("--chunk", type=count, default=64, help="requests (texts) per call")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu",
-                   help="where the session runs (cuda: the case this is built for)")
     add_session_arguments(p)
 
 
