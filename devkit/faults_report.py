@@ -12,8 +12,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from kip.audit.chains import ChainCheck
 from schemas.codec import decode
-from schemas.errors import InvalidRequest
-from schemas.messages import AuditRecord, DeadLetterRecord, InferenceResult
+from schemas.errors import InvalidRequest, Overloaded
+from schemas.messages import AuditRecord, DeadLetterRecord, InferenceResult, Status
 from schemas.messages import PRIORITIES
 from schemas.result_signatures import ResultVerifier
 from topics.clients import KafkaConnection
@@ -92,7 +92,11 @@ class Tally:
             if kind != "normal":
                 r.poison += 1
                 letters = self.deadletters.get(request_id, [])
-                r.poison_deadlettered_once += len(letters) == 1 and _has_origin(letters[0])
+                if _turned_away(results):   # no check ran on it: no dead letter is due
+                    r.poison_turned_away += not letters
+                else:
+                    r.poison_deadlettered_once += (len(letters) == 1
+                                                   and _has_origin(letters[0]))
         r.deadletters_not_poison = sum(len(v) for k, v in self.deadletters.items()
                                        if sent.get(k, "normal") == "normal" and k in sent)
         r.undecodable_outputs = self.undecodable
@@ -101,6 +105,13 @@ class Tally:
                           f"seals, {chains.heads} committed heads")
         r.audit_chain_problems = [str(p) for p in chains.problems]
         return r
+
+
+def _turned_away(results: list[InferenceResult]) -> bool:
+    """Ended by admission's overload check (a worker outage makes the estimated wait
+    pass the class's budget): a designed ending, before the request reached a worker."""
+    return bool(results) and results[0].status == Status.REJECTED and (
+        results[0].error is not None and results[0].error.code == Overloaded.code)
 
 
 def _has_origin(dead: DeadLetterRecord) -> bool:
@@ -118,6 +129,7 @@ class FaultReport:
     outcomes: Counter = field(default_factory=Counter)
     poison: int = 0
     poison_deadlettered_once: int = 0
+    poison_turned_away: int = 0   # rejected OVERLOADED before any check, no dead letter
     deadletters_not_poison: int = 0
     undecodable_outputs: int = 0
     audit_chains: str = ""
@@ -130,7 +142,7 @@ class FaultReport:
     @property
     def passed(self) -> bool:
         return (self.lost == self.duplicated == self.unseen == self.orphaned == 0
-                and self.poison_deadlettered_once == self.poison
+                and self.poison_deadlettered_once + self.poison_turned_away == self.poison
                 and self.deadletters_not_poison == 0 and self.failed_sends == 0
                 and not any(self.leftover.values()) and not self.audit_chain_problems)
 
@@ -146,8 +158,9 @@ class FaultReport:
             f"unseen (no result and no audit record at all): {self.unseen}",
             f"orphaned (result without final audit record, or the reverse): {self.orphaned}",
             f"outcomes: {_join(self.outcomes)}",
-            f"poison: {self.poison_deadlettered_once}/{self.poison} dead-lettered exactly once "
-            f"with their origin; dead letters for good requests: {self.deadletters_not_poison}",
+            f"poison: {self.poison_deadlettered_once}/{self.poison - self.poison_turned_away} "
+            f"dead-lettered exactly once with their origin{self._turned_away_line()}; dead "
+            f"letters for good requests: {self.deadletters_not_poison}",
             f"records left unconsumed (stalled partitions): {leftover} "
             f"({_join(self.leftover)})",
             f"audit chains (kip audit verify): {self.audit_chains}; broken links: "
@@ -155,6 +168,13 @@ class FaultReport:
             + "".join(f"\n  {p}" for p in self.audit_chain_problems[:5]),
             f"elapsed: {self.elapsed_s:.0f}s",
             f"verdict: {'PASS' if self.passed else 'FAIL'}"]
+
+
+    def _turned_away_line(self) -> str:
+        if not self.poison_turned_away:
+            return ""
+        return (f" ({self.poison_turned_away} more rejected OVERLOADED by admission, before "
+                "any check, and not dead-lettered)")
 
 
 def _join(counts: dict) -> str:

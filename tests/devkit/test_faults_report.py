@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from devkit.faults_report import Tally
 from schemas.codec import encode
-from schemas.messages import AuditRecord, DeadLetterRecord, InferenceResult, Status, Timings
+from schemas.messages import (AuditRecord, DeadLetterRecord, ErrorInfo, InferenceResult,
+                              Status, Timings)
 from schemas.result_signatures import ResultKeys, ResultSigningKey
 from topics.clients import KafkaConnection
 from topics.names import TopicNames
@@ -15,6 +16,12 @@ TRUSTED = ResultKeys(keys={"r1": ResultSigningKey.generate("r1").public()}).veri
 
 def _result(request_id: str) -> bytes:
     return encode(InferenceResult(request_id=request_id, status=Status.OK,
+                                  timings=Timings(total_ms=1.0), produced_at_ms=1))
+
+
+def _overloaded(request_id: str) -> bytes:
+    return encode(InferenceResult(request_id=request_id, status=Status.REJECTED,
+                                  error=ErrorInfo(code="OVERLOADED", message="busy"),
                                   timings=Timings(total_ms=1.0), produced_at_ms=1))
 
 
@@ -73,3 +80,18 @@ def test_an_audit_record_outside_the_chains_fails_the_run():
     t.chains.add(0, 0, _audit("a"), [])   # as poll() feeds it: no chain header
     report = t.report({"a": "normal"}, failed_sends=0)
     assert not report.passed and "not written by a kip stage" in report.audit_chain_problems[0]
+
+
+def test_poison_that_admission_turned_away_owes_no_dead_letter():
+    """A worker outage can make admission reject a request OVERLOADED before any check
+    runs on it: for poison, that is its one ending, and no dead letter is due; one that
+    was dead-lettered anyway is a defect."""
+    t = _tally([(NAMES.results, _overloaded("away")), (NAMES.audit, _audit("away")),
+                (NAMES.results, _result("p")), (NAMES.audit, _audit("p")),
+                (NAMES.deadletter, _dead("p"))])
+    report = t.report({"away": "overflowing-input", "p": "overflowing-input"}, failed_sends=0)
+    assert (report.poison, report.poison_deadlettered_once, report.poison_turned_away) == (2, 1, 1)
+    assert report.passed and "1 more rejected OVERLOADED" in "\n".join(report.lines())
+    t = _tally([(NAMES.results, _overloaded("away")), (NAMES.audit, _audit("away")),
+                (NAMES.deadletter, _dead("away"))])
+    assert not t.report({"away": "overflowing-input"}, failed_sends=0).passed
