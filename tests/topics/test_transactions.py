@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from contextlib import asynccontextmanager
 
 import pytest
 from aiokafka import TopicPartition
@@ -64,6 +65,17 @@ def test_outputs_become_visible_with_the_offset_commit(broker, prefix):
     asyncio.run(scenario())
 
 
+@asynccontextmanager
+async def _old_and_new_owner(broker, prefix: str, owner: dict[str, bool]):
+    """One input partition, its old owner (owning while ``owner["old"]``) and its new
+    one, in the same group."""
+    inp, out = await _topics(broker.bootstrap, prefix)
+    async with (PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS,
+                                      owned=lambda _: owner["old"]) as old,
+                PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as new):
+        yield TopicPartition(inp, 0), out, old, new
+
+
 @pytest.mark.parametrize("early", [False, True], ids=["", "begun-early"])
 def test_a_new_owner_fences_the_old_one(broker, prefix, early):
     """With ``early``, the old owner began its transaction before it slept, and its
@@ -74,12 +86,8 @@ def test_a_new_owner_fences_the_old_one(broker, prefix, early):
 
     async def scenario():
         asyncio.get_running_loop().set_exception_handler(lambda _, c: lost.append(c))
-        inp, out = await _topics(broker.bootstrap, prefix)
-        tp = TopicPartition(inp, 0)
         owner = {"old": True}
-        async with (PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS,
-                                          owned=lambda _: owner["old"]) as old,
-                    PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as new):
+        async with _old_and_new_owner(broker, prefix, owner) as (tp, out, old, new):
             assert await old.commit(tp, _entries(out, range(3)))
             owner["old"] = False   # the group moved the partition; the old owner slept
             assert await new.commit(tp, _entries(out, range(3, 6)))
@@ -101,12 +109,8 @@ def test_a_partition_lost_while_it_had_no_producer_is_left_to_its_new_owner(brok
     the partition moved meanwhile: its next commit builds no producer, so it neither
     fences the new owner nor publishes the records the new owner answers."""
     async def scenario():
-        inp, out = await _topics(broker.bootstrap, prefix)
-        tp = TopicPartition(inp, 0)
         owner = {"old": True}
-        async with (PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS,
-                                          owned=lambda _: owner["old"]) as old,
-                    PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as new):
+        async with _old_and_new_owner(broker, prefix, owner) as (tp, out, old, new):
             assert await old.commit(tp, _entries(out, range(3)))
             await old.release(tp)
             owner["old"] = False
