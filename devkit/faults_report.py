@@ -169,7 +169,6 @@ class FaultReport:
             f"elapsed: {self.elapsed_s:.0f}s",
             f"verdict: {'PASS' if self.passed else 'FAIL'}"]
 
-
     def _turned_away_line(self) -> str:
         if not self.poison_turned_away:
             return ""
