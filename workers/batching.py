@@ -111,12 +111,13 @@ class Stages(Generic[P]):
 
 class _Preparation(Generic[P]):
     """One chunk's preparation: begun in ``stages.ahead`` for the requests live when it
-    began, or done when it is needed."""
+    began, or (with no thread ahead) done when it is needed."""
 
-    def __init__(self, stages: Stages[P], items: list[P]) -> None:
-        self.stages, self.items = stages, items
-        self.future = (stages.ahead.submit(stages.prepare, items)
-                       if stages.ahead is not None and items else None)
+    def __init__(self, stages: Stages[P], chunk: list[P], deadline: Callable[[P], int]
+                 ) -> None:
+        self.stages = stages
+        self.items = _live(chunk, deadline) if stages.ahead is not None else []
+        self.future = stages.ahead.submit(stages.prepare, self.items) if self.items else None
 
     def result(self, live: list[P]) -> Any:
         """``live`` prepared: what was begun ahead if it is still the same requests (one
@@ -136,14 +137,14 @@ def run_chunks(stages: Stages[P], chunks: list[list[P]], deadline: Callable[[P],
     next chunk prepared ahead while one executes; an exception is kept in its chunk's
     outcome, not raised."""
     outcomes = []
-    upcoming = _Preparation(stages, _live(chunks[0], deadline)) if chunks else None
+    upcoming = _Preparation(stages, chunks[0], deadline) if chunks else None
     for k, chunk in enumerate(chunks):
         started = time.time() * 1000   # the instant checked is the instant stamped
         live = [p for p in chunk if deadline(p) > started]
         outcome = ChunkRun(live, [p for p in chunk if deadline(p) <= started])
         preparation = upcoming
         if k + 1 < len(chunks):
-            upcoming = _Preparation(stages, _live(chunks[k + 1], deadline))
+            upcoming = _Preparation(stages, chunks[k + 1], deadline)
         if live:
             outcome.started_ms = started
             try:

@@ -5,9 +5,8 @@
 device); ``execute`` runs the session (once; for text, once per length bucket,
 workers/buckets.py), checks the outputs (row count, finite values) and splits them back
 per request. On CUDA the background lane prepares its next chunk while one executes
-(``prepare_ahead``, workers/batching.py).
-Both are synchronous: the worker calls them in threads so the event loop (and Kafka
-heartbeats) keep running.
+(``prepare_ahead``, workers/batching.py). Both are synchronous: the worker calls them in
+threads so the event loop (and Kafka heartbeats) keep running.
 
 On CUDA a call goes through an I/O binding: the inputs are copied to the GPU before
 the call, and the outputs stay there until the call has finished, when they are copied
