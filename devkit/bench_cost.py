@@ -36,7 +36,7 @@ from devkit.arguments import count, zero_or_more
 from devkit import floors
 from devkit.cpu import CpuMeter, main_thread_cpu_us
 from devkit.loadgen import sentences
-from devkit.stack import DevStack, dev_client, own_stack
+from devkit.stack import BUSES, DevStack, dev_client, own_stack
 from kip.client import KipClient
 from runtime.settings import KipSettings
 from schemas.codec import encode, now_ms
@@ -57,6 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--floor-events", type=count, default=5000, help="(d) faust floor events")
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
                    help="registry with the reference models (default $KIP_REGISTRY_DIR)")
+    p.add_argument("--bus", choices=BUSES, default="plaintext",
+                   help="the broker kip runs on: plaintext, or secured with every process "
+                   "connecting as its own user over SASL_SSL (scram) or with its "
+                   "certificate (mtls); the floors then connect over TLS too")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
@@ -67,16 +71,16 @@ def run(args) -> int:
 
 
 async def measure(args) -> dict:
-    async with own_stack("cost", args.registry, log=_quiet) as stack:
+    async with own_stack("cost", args.registry, bus=args.bus, log=_quiet) as stack:
         stack.start_services(log=_quiet)
         pids = _pids(stack)
+        report = {"bus": _bus(stack)}
         async with dev_client(stack) as kip:
             await _warm_up(kip)
             if args.warm_up:
                 print(f"warming up: {args.warm_up} single-row requests", file=sys.stderr,
                       flush=True)
                 await all_in_flight(kip, pids, args.warm_up, 1)
-            report = {}
             print(f"(a) {args.requests} single-row requests, all in flight", file=sys.stderr, flush=True)
             report["a_single_row"] = await all_in_flight(kip, pids, args.requests, 1)
             print(f"(b) {args.batched} requests of 32 rows, all in flight", file=sys.stderr, flush=True)
@@ -92,6 +96,12 @@ async def measure(args) -> dict:
 
 def _quiet(*_) -> None:
     pass
+
+
+def _bus(stack: DevStack) -> str:
+    """How the client reached the broker, as its connection says."""
+    kafka = dev_client(stack).kafka
+    return " ".join(filter(None, [kafka.security_protocol, kafka.sasl_mechanism]))
 
 
 def _pids(stack: DevStack) -> dict[str, int]:
@@ -237,7 +247,7 @@ def _cpu_us(work, repeat: int = 1) -> float:
 
 
 def render(report: dict) -> str:
-    lines = []
+    lines = [f"bus: {report['bus']}"]
     for key, title in (("a_single_row", "(a) single-row requests, all in flight"),
                        ("b_32_rows", "(b) 32-row requests, all in flight")):
         r = report[key]

@@ -54,11 +54,15 @@ logger.server.level=INFO
 
 
 # A development broker on a small machine, sharing its cores with the pipeline and the
-# workers. The C1 compiler alone: with C2 as well, a fresh JVM spends its first minutes
-# compiling on those cores. ZGC: the serial and G1 collectors stop the broker for tens
-# of milliseconds under load, and every request in flight waits through each pause
-# (docs/architecture.md, "The local broker"; figures in docs/benchmarks.md).
-JVM_OPTIONS = ["-Xms512m", "-Xmx1g", "-XX:+UseZGC", "-XX:TieredStopAtLevel=1"]
+# workers. ZGC: the serial and G1 collectors stop the broker for tens of milliseconds
+# under load, and every request in flight waits through each pause. A plain broker runs
+# the C1 compiler alone: with C2 as well, a fresh JVM spends its first minutes compiling
+# on those cores. A secured one keeps C2: TLS 1.3's AES-GCM runs on the JIT's AES and
+# GHASH intrinsics, which C1 lacks, and with C1 alone encryption cost the broker twice
+# its CPU per request (docs/architecture.md, "The local broker"; figures in
+# docs/benchmarks.md).
+JVM_OPTIONS = ["-Xms512m", "-Xmx1g", "-XX:+UseZGC"]
+PLAIN_JVM_OPTIONS = [*JVM_OPTIONS, "-XX:TieredStopAtLevel=1"]
 
 
 class BrokerError(RuntimeError):
@@ -156,6 +160,11 @@ class LocalBroker:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def jvm_options(self) -> list[str]:
+        """The JVM's flags: a secured broker keeps the C2 compiler (``JVM_OPTIONS``)."""
+        return JVM_OPTIONS if self.security else PLAIN_JVM_OPTIONS
+
+    @property
     def mtls_bootstrap(self) -> str:
         return f"127.0.0.1:{self.mtls_port}"
 
@@ -193,7 +202,7 @@ class LocalBroker:
         started = time.monotonic()
         with open_private_log(self.log_file) as out:
             proc = subprocess.Popen(
-                [java, *JVM_OPTIONS,
+                [java, *self.jvm_options,
                  f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
                  "-cp", classpath, "kafka.Kafka", str(props)],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

@@ -21,9 +21,12 @@ import tempfile
 import time
 import uuid
 from contextlib import AsyncExitStack
+from pathlib import Path
 
 from aiokafka import TopicPartition
+from pydantic import SecretStr
 
+from runtime.files import write_private
 from topics.admin import apply
 from topics.catalogue import TopicSpec
 from topics.clients import KafkaConnection
@@ -107,10 +110,9 @@ async def faust_consume_cpu(kafka: KafkaConnection, payload: bytes, events: int,
         await producer.flush()
     finally:
         await producer.stop()
-    # the cost benchmark's own broker is a plain one: its address is all the probe needs
     with tempfile.TemporaryDirectory(prefix="kip-floor-") as datadir:
-        settings = json.dumps({"topic": topic, "events": events,
-                               "bootstrap": kafka.bootstrap, "datadir": datadir})
+        settings = json.dumps({"topic": topic, "events": events, "datadir": datadir,
+                               "kafka": str(_connection_file(kafka, Path(datadir)))})
         done = await asyncio.to_thread(
             subprocess.run, [sys.executable, "-m", "devkit.floors", settings],
             capture_output=True, text=True, timeout=timeout_s,
@@ -122,11 +124,22 @@ async def faust_consume_cpu(kafka: KafkaConnection, payload: bytes, events: int,
     return json.loads(found[-1])["cpu_us_per_event"]
 
 
+def _connection_file(kafka: KafkaConnection, folder: Path) -> Path:
+    """``kafka`` as a client config (0600, secrets included) that the probe's process
+    connects with: on a secured broker, over TLS as the same user."""
+    fields = {name: value.get_secret_value() if isinstance(value, SecretStr)
+              else str(value) if isinstance(value, Path) else value
+              for name, value in kafka.model_dump(exclude_none=True).items()}
+    path = folder / "kafka.json"
+    write_private(path, json.dumps(fields).encode())
+    return path
+
+
 def _faust_probe(settings: dict) -> None:
     """The bare faust agent (in its own process): consume, count, report, exit."""
     import faust
 
-    kafka = KafkaConnection(bootstrap=settings["bootstrap"])
+    kafka = KafkaConnection.model_validate_json(Path(settings["kafka"]).read_bytes())
     app = faust.App(f"floor-{uuid.uuid4().hex[:8]}", **kafka.faust_broker(),
                     store="memory://", datadir=settings["datadir"], web_enabled=False,
                     autodiscover=False,

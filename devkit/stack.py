@@ -273,24 +273,43 @@ def dev_client(stack: DevStack, reply_to: str | None = None) -> KipClient:
     return dev_spec(stack, reply_to).client()
 
 
+# What a benchmark's own broker takes: plain, or trusting no one with every process
+# connecting as its role over SASL_SSL (SCRAM) or with its certificate (mTLS).
+BUSES = ("plaintext", "scram", "mtls")
+
+
 @asynccontextmanager
 async def own_stack(prefix: str, registry_dir: Path, worker_env: dict[str, str] | None = None,
-                    split_pipeline: bool = False, log=print) -> AsyncIterator[DevStack]:
+                    split_pipeline: bool = False, bus: str = "plaintext", log=print
+                    ) -> AsyncIterator[DevStack]:
     """A prepared kip with a broker of its own on free loopback ports, in a temporary
-    folder; services are the caller's to start. Everything stops on exit."""
+    folder, on ``bus`` (``BUSES``); services are the caller's to start. Everything stops
+    on exit."""
     with tempfile.TemporaryDirectory(prefix=f"kip-{prefix}-") as tmp:
-        broker = LocalBroker(Path(tmp) / "kafka", port=free_port(), controller_port=free_port())
+        broker = _own_broker(Path(tmp), bus)
         await asyncio.to_thread(broker.start, log=log)
         stack = DevStack(home=Path(tmp), bootstrap_servers=broker.bootstrap, prefix=prefix,
                          registry_dir=registry_dir, metrics_base_port=0,
                          worker_env=worker_env or {}, split_pipeline=split_pipeline,
-                         own_broker=broker)
+                         own_broker=broker, mtls=bus == "mtls")
         try:
             await asyncio.to_thread(stack.prepare, log)
             yield stack
         finally:
             await asyncio.to_thread(stack.stop_services)
             await asyncio.to_thread(broker.stop)
+
+
+def _own_broker(home: Path, bus: str) -> LocalBroker:
+    """A broker for a stack in ``home``: plain, or secured with a user for each of the
+    stack's roles (its SASL_SSL listener and its mTLS one both open)."""
+    if bus not in BUSES:
+        raise ValueError(f"bus '{bus}': expected one of {', '.join(BUSES)}")
+    ports = dict(port=free_port(), controller_port=free_port())
+    if bus == "plaintext":
+        return LocalBroker(home / "kafka", **ports)
+    return LocalBroker(home / "kafka", **ports, mtls_port=free_port(), secure=True,
+                       users=DevStack(home=home).roles())
 
 
 def _tail(path: Path | None, lines: int = 15) -> str:

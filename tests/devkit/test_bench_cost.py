@@ -32,8 +32,9 @@ def test_the_main_thread_is_charged_for_its_own_work_and_not_another_threads():
 
 def test_a_small_cost_run_reports_every_process_stage_and_floor(registry, capsys):
     args = argparse.Namespace(requests=40, batched=10, sequential=10, floor_events=300, warm_up=20,
-                              registry=registry.root, json=True)
+                              registry=registry.root, json=True, bus="plaintext")
     report = asyncio.run(bench_cost.measure(args))
+    assert report["bus"] == "PLAINTEXT"
     a = report["a_single_row"]
     assert set(a["cpu_us_per_request"]) == {"broker", "pipeline", "worker minilm",
                                             "worker digits", "client", "all"}
@@ -52,3 +53,17 @@ def test_a_small_cost_run_reports_every_process_stage_and_floor(registry, capsys
     assert d["two_hop_round_trip"]["p50_ms"] > 0 and d["faust_consume_cpu_us_per_event"] > 0
     assert "floor p50" in bench_cost.render(report)
     assert floors.FAUST_TAKE == 500
+
+
+def test_on_the_secured_bus_every_process_and_floor_connects_over_tls(registry):
+    """``--bus mtls``: the broker has no plaintext listener, so a run that completes
+    connected kip's processes and the client with their certificates and both floors
+    over TLS."""
+    args = argparse.Namespace(requests=20, batched=4, sequential=4, floor_events=200, warm_up=0,
+                              registry=registry.root, json=True, bus="mtls")
+    report = asyncio.run(bench_cost.measure(args))
+    assert report["bus"] == "SSL"
+    assert report["a_single_row"]["cpu_us_per_request"]["broker"] > 0
+    d = report["d_floors"]
+    assert d["two_hop_round_trip"]["p50_ms"] > 0 and d["faust_consume_cpu_us_per_event"] > 0
+    assert bench_cost.render(report).startswith("bus: SSL")

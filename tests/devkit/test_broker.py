@@ -11,6 +11,18 @@ def test_the_session_broker_accepts_connections_and_reports_status(broker):
     assert "running" in broker.status() and broker.pid() is not None
 
 
+def _jvm_flags(broker: LocalBroker) -> list[str]:
+    with open(f"/proc/{broker.pid()}/cmdline", "rb") as f:
+        return [a.decode() for a in f.read().split(b"\0") if a.startswith(b"-XX:")]
+
+
+def test_a_plain_broker_runs_c1_alone_and_a_secured_one_keeps_c2(broker, secure_broker):
+    """TLS's AES-GCM has JIT intrinsics in C2 only (devkit/broker.py's JVM_OPTIONS)."""
+    assert "-XX:TieredStopAtLevel=1" in _jvm_flags(broker)
+    secured = _jvm_flags(secure_broker)
+    assert "-XX:+UseZGC" in secured and not any("TieredStopAtLevel" in a for a in secured)
+
+
 def test_a_run_of_free_ports_lies_below_the_ephemeral_range_and_every_one_binds():
     base = free_port_run(4)
     assert 20_000 <= base and base + 4 <= 32_000
