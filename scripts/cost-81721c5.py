@@ -21,6 +21,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,11 @@ def cpu_us(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) * TICK_US
 
 
-async def in_flight(kip: KipClient, pids: dict[str, int], count: int, rows: int) -> dict:
+async def in_flight(kip: KipClient, pids: dict[str, int], count: int, rows: int,
+                    require_ok: bool = True) -> dict:
+    """CPU per request of each process; ``require_ok``: fail unless every request
+    succeeded. The warm-up only reports how the others ended: in about two runs of
+    five, one of its 6,000 did not succeed, and the run stopped there."""
     images = np.random.default_rng(0).random((rows, 64), dtype=np.float32)
     before = {n: cpu_us(p) for n, p in pids.items()}
     started = time.perf_counter()
@@ -48,7 +53,12 @@ async def in_flight(kip: KipClient, pids: dict[str, int], count: int, rows: int)
     results = await asyncio.wait_for(asyncio.gather(*futures), 600)
     elapsed = time.perf_counter() - started
     spent = {n: (cpu_us(p) - before[n]) / count for n, p in pids.items()}
-    assert all(r.status == "ok" for r in results), "a request did not succeed"
+    endings = Counter(" ".join([getattr(r.status, "value", r.status), *(
+        [r.error.code] if r.error else [])]) for r in results)
+    if require_ok:
+        assert set(endings) == {"ok"}, f"not every request succeeded: {dict(endings)}"
+    elif set(endings) != {"ok"}:
+        print(f"warm-up: {dict(endings)}")
     return spent | {"all": sum(spent.values()), "per_s": count / elapsed}
 
 
@@ -76,7 +86,7 @@ async def measure(stack: DevStack, broker: LocalBroker) -> None:
         for model, inputs in (("digits", {"pixels": np.zeros((1, 64), np.float32)}),
                               ("minilm", {"text": ["warm"]})):
             assert (await kip.infer(model, inputs, timeout_s=120)).status == "ok"
-        await in_flight(kip, pids, 6000, 1)   # warm-up, as kip bench cost does
+        await in_flight(kip, pids, 6000, 1, require_ok=False)   # as kip bench cost warms up
         for title, count, rows in (("(a) single row, CPU µs per request", 3000, 1),
                                    ("(b) 32 rows, CPU µs per row", 1000, 32)):
             spent = await in_flight(kip, pids, count, rows)
