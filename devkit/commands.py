@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from pathlib import Path
 
@@ -60,12 +61,22 @@ def add_commands(sub) -> None:
     for name, module, about in BENCHES:
         parser = benches.add_parser(name, help=about)
         module.add_arguments(parser)
-        parser.set_defaults(func=module.run)
+        parser.set_defaults(func=_terminable(module.run))
 
     fault = sub.add_parser("faults", help="crash processes under load; count lost and "
                            "duplicated results (starts a kip of its own)")
     faults.add_arguments(fault)
-    fault.set_defaults(func=faults.run_cli)
+    fault.set_defaults(func=_terminable(faults.run_cli))
+
+
+def _terminable(run):
+    """``run`` with SIGTERM taken as Ctrl-C. A benchmark starts a broker and a kip in
+    sessions of their own; stopped by ``timeout`` or a process manager, it unwinds and
+    stops them, where SIGTERM's default would leave them running."""
+    def terminable(args) -> int:
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        return run(args)
+    return terminable
 
 
 def _kafka(args) -> int:

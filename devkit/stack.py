@@ -287,12 +287,12 @@ async def own_stack(prefix: str, registry_dir: Path, worker_env: dict[str, str] 
     on exit."""
     with tempfile.TemporaryDirectory(prefix=f"kip-{prefix}-") as tmp:
         broker = _own_broker(Path(tmp), bus)
-        await asyncio.to_thread(broker.start, log=log)
         stack = DevStack(home=Path(tmp), bootstrap_servers=broker.bootstrap, prefix=prefix,
                          registry_dir=registry_dir, metrics_base_port=0,
                          worker_env=worker_env or {}, split_pipeline=split_pipeline,
                          own_broker=broker, mtls=bus == "mtls")
         try:
+            await asyncio.to_thread(broker.start, log=log)
             await asyncio.to_thread(stack.prepare, log)
             yield stack
         finally:

@@ -1,0 +1,62 @@
+"""The developer commands: a benchmark stopped with SIGTERM (by ``timeout``, say) stops
+the broker and the kip it started, which run in sessions of their own."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            status = (entry / "status").read_text() if entry.name.isdigit() else ""
+        except OSError:   # gone while we looked
+            continue
+        if any(line.split()[1:] == [str(pid)] for line in status.splitlines()
+               if line.startswith("PPid:")):
+            found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _wait_for(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_a_benchmark_stopped_with_sigterm_stops_its_broker_and_services(registry, tmp_path):
+    err = tmp_path / "bench.err"
+    with open(err, "w") as out:
+        bench = subprocess.Popen(
+            [sys.executable, "-m", "kip.cli", "bench", "cost", "--warm-up", "0",
+             "--requests", "1000000"], stdout=subprocess.DEVNULL, stderr=out,
+            env=os.environ | {"KIP_REGISTRY_DIR": str(registry.root)})
+    started: list[int] = []
+    try:
+        _wait_for(lambda: "(a) " in err.read_text() or bench.poll() is not None, 180,
+                  "the benchmark's single-row requests")
+        started = _children(bench.pid)   # the broker, the pipeline and the workers
+        assert bench.poll() is None and len(started) >= 4, err.read_text()[-2000:]
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(timeout=90) == 130
+        _wait_for(lambda: not any(_alive(p) for p in started), 30, "its children to stop")
+    finally:   # on a failure, nothing of the benchmark's is left behind
+        for pid in [bench.pid, *started]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        bench.wait()
