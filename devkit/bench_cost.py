@@ -44,6 +44,7 @@ from schemas.audit_chain import ChainHead
 from schemas.messages import InferenceResult
 from schemas.result_signatures import ResultKeys
 from schemas.tensors import Tensor
+from topics.clients import KafkaConnection
 from workers.session import ModelSession
 
 
@@ -74,8 +75,8 @@ async def measure(args) -> dict:
     async with own_stack("cost", args.registry, bus=args.bus, log=_quiet) as stack:
         stack.start_services(log=_quiet)
         pids = _pids(stack)
-        report = {"bus": _bus(stack)}
         async with dev_client(stack) as kip:
+            report = {"bus": _bus(kip.kafka)}
             await _warm_up(kip)
             if args.warm_up:
                 print(f"warming up: {args.warm_up} single-row requests", file=sys.stderr,
@@ -98,9 +99,8 @@ def _quiet(*_) -> None:
     pass
 
 
-def _bus(stack: DevStack) -> str:
-    """How the client reached the broker, as its connection says."""
-    kafka = dev_client(stack).kafka
+def _bus(kafka: KafkaConnection) -> str:
+    """How the client reaches the broker, as its connection says."""
     return " ".join(filter(None, [kafka.security_protocol, kafka.sasl_mechanism]))
 
 

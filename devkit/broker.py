@@ -58,9 +58,9 @@ logger.server.level=INFO
 # under load, and every request in flight waits through each pause. A plain broker runs
 # the C1 compiler alone: with C2 as well, a fresh JVM spends its first minutes compiling
 # on those cores. A secured one keeps C2: TLS 1.3's AES-GCM runs on the JIT's AES and
-# GHASH intrinsics, which C1 lacks, and with C1 alone encryption cost the broker twice
-# its CPU per request (docs/architecture.md, "The local broker"; figures in
-# docs/benchmarks.md).
+# GHASH intrinsics, which C1 lacks; with C1 alone a secured broker spent 1.5-1.7x the
+# CPU per request it spends with C2 (docs/architecture.md, "The local broker";
+# figures in docs/benchmarks.md).
 JVM_OPTIONS = ["-Xms512m", "-Xmx1g", "-XX:+UseZGC"]
 PLAIN_JVM_OPTIONS = [*JVM_OPTIONS, "-XX:TieredStopAtLevel=1"]
 
