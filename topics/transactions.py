@@ -19,11 +19,17 @@ were already answered. The same check makes a retried commit idempotent: if the
 broker committed the transaction but the reply was lost, the rebuilt producer finds the
 offset already moved and sends nothing.
 
-A commit is four round trips one after another: AddPartitionsToTxn, then the produce
-beside AddOffsetsToTxn and TxnOffsetCommit, then EndTxn. A stage that knows where its
-outputs will go before it has them (a worker, once it has decoded a batch, while its
-inference runs) can ``begin_early``: the transaction begins and its partitions are added
-meanwhile, and the commit is left with the other three. Adding a partition writes
+A commit is five round trips one after another: AddPartitionsToTxn, the produce,
+AddOffsetsToTxn, TxnOffsetCommit, EndTxn. The produce waits for its acknowledgement
+before the offsets go: the broker (KIP-890) verifies a transactional produce with the
+transaction coordinator, and a verification that meets another request of the same
+transactional id there (AddOffsetsToTxn's state change, TxnOffsetCommit's own
+verification) fails the produce with NOT_ENOUGH_REPLICAS, which the producer retries
+after its backoff: overlapped, about one commit in twenty took 10 ms longer
+(docs/benchmarks.md). A stage that knows where its outputs will go before it has them
+(a worker, once it has decoded a batch, while its inference runs) can ``begin_early``:
+the transaction begins and its partitions are added meanwhile, and the commit is left
+with the other four. Adding a partition writes
 nothing to it, so a transaction begun early holds no reader back; one its commit does
 not use is aborted, and one that broke meanwhile fails the commit as a fenced one does.
 """
@@ -189,6 +195,7 @@ class PartitionTransactions:
             groups = await self._by_partition(producer, outputs, placements)
             for (topic, partition), batch in groups.items():
                 sent += await _send_batches(producer, topic, partition, batch)
+            await asyncio.gather(*sent)   # acknowledged before the offsets: the docstring
             position = (live[-1].offset + 1, head.metadata() if head else "")
             await producer.send_offsets_to_transaction({tp: position}, self.group_id)
             await producer.commit_transaction()
@@ -330,10 +337,9 @@ async def _send_batches(producer: AIOKafkaProducer, topic: str, partition: int,
                         records: list[Record]) -> list[asyncio.Future]:
     """``records`` in as few record batches as fit (the producers' ``BATCH_BYTES``
     each), built here: one ``send_batch`` per batch instead of a ``send`` (a future, a
-    metadata check, a partitioner call) per record. They leave in one produce request
-    while AddOffsetsToTxn is in flight; with a ``send`` per record and aiokafka's 16 KiB
-    batches, a round of work items left in ~12 (a linger until the commit would also
-    give one, but two round trips later)."""
+    metadata check, a partitioner call) per record. They leave in one produce request;
+    with a ``send`` per record and aiokafka's 16 KiB batches, a round of work items left
+    in ~12."""
     futures = []
     batch = producer.create_batch()
     for record in records:

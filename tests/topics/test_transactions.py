@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 from contextlib import asynccontextmanager
 
 import pytest
@@ -224,3 +225,24 @@ def test_a_transaction_begun_early_that_times_out_costs_its_commit_one_retry(bro
             assert await _committed(tx, tp, 6) == 6
         assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(6)]
     asyncio.run(scenario())
+
+
+def test_a_commit_never_has_its_produce_retried(broker, prefix, caplog):
+    """The produce is acknowledged before AddOffsetsToTxn goes. Beside it, the broker's
+    verification of the produce (KIP-890) met the offsets' requests at the transaction
+    coordinator in about one commit of twenty here, and failed it with
+    NOT_ENOUGH_REPLICAS, retried by the producer after its backoff."""
+    async def scenario():
+        inp, out = await _topics(broker.bootstrap, prefix)
+        tp = TopicPartition(inp, 0)
+        async with PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as tx:
+            for offset in range(COMMITS):
+                assert await tx.commit(tp, _entries(out, [offset]))
+            assert await _committed(tx, tp, COMMITS) == COMMITS
+    caplog.set_level(logging.WARNING, logger="aiokafka.producer.sender")
+    asyncio.run(scenario())
+    retried = [r.getMessage() for r in caplog.records if "produce response" in r.getMessage()]
+    assert retried == []
+
+
+COMMITS = 200
