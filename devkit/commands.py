@@ -51,9 +51,13 @@ def add_commands(sub) -> None:
     up.add_argument("--demo", action="store_true", help="run the demo, then stop everything")
     up.add_argument("--secure", action="store_true", help=SECURE_HELP + "; ACLs applied, "
                     "every process connects as its own role")
-    up.set_defaults(func=_up)
+    up.add_argument("--port", type=int, default=9092, help="the local broker's port")
+    up.add_argument("--metrics-port", type=int, default=9101,
+                    help="the pipeline's metrics port; each worker takes the next (0: none)")
+    up.set_defaults(func=_terminable(_up))
     demo = sub.add_parser("demo", help="send demo traffic to a running kip")
     demo.add_argument("--secure", action="store_true", help="the running kip is secured")
+    demo.add_argument("--port", type=int, default=9092, help="the running kip's broker port")
     demo.set_defaults(func=_demo)
 
     bench = sub.add_parser("bench", help="benchmarks that start a kip of their own")
@@ -70,9 +74,9 @@ def add_commands(sub) -> None:
 
 
 def _terminable(run):
-    """``run`` with SIGTERM taken as Ctrl-C. A benchmark starts a broker and a kip in
-    sessions of their own; stopped by ``timeout`` or a process manager, it unwinds and
-    stops them, where SIGTERM's default would leave them running."""
+    """``run`` with SIGTERM taken as Ctrl-C. A benchmark (or ``kip up``) starts a broker
+    and a kip in sessions of their own; stopped by ``timeout`` or a process manager, it
+    unwinds and stops them, where SIGTERM's default would leave them running."""
     def terminable(args) -> int:
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         return run(args)
@@ -98,10 +102,10 @@ def _kafka(args) -> int:
 def _up(args) -> int:
     from devkit.stack import DevStack
 
-    stack = DevStack(secure=args.secure)
-    stack.prepare()
-    stack.start_services()
+    stack = DevStack(secure=args.secure, port=args.port, metrics_base_port=args.metrics_port)
     try:
+        stack.prepare()
+        stack.start_services()
         if args.demo:
             return _demo_against(stack)
         print("kip is up; Ctrl-C stops the pipeline and workers (`kip kafka stop` the broker)")
@@ -116,7 +120,7 @@ def _up(args) -> int:
 
 def _demo(args) -> int:
     from devkit.stack import DevStack
-    return _demo_against(DevStack(secure=args.secure))
+    return _demo_against(DevStack(secure=args.secure, port=args.port))
 
 
 def _demo_against(stack) -> int:

@@ -1,5 +1,6 @@
 """The developer commands: a benchmark stopped with SIGTERM (by ``timeout``, say) stops
-the broker and the kip it started, which run in sessions of their own."""
+the broker and the kip it started, which run in sessions of their own; ``kip up`` stops
+its pipeline and workers."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from devkit.broker import LocalBroker, free_port
 
 
 def _children(pid: int) -> list[int]:
@@ -60,3 +63,34 @@ def test_a_benchmark_stopped_with_sigterm_stops_its_broker_and_services(registry
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
         bench.wait()
+
+
+def test_kip_up_stopped_with_sigterm_stops_its_services_and_leaves_the_broker(registry,
+                                                                              tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "registry").symlink_to(registry.root)
+    port = free_port()
+    log = tmp_path / "up.out"
+    with open(log, "w") as out:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "kip.cli", "up", "--port", str(port), "--metrics-port", "0"],
+            stdout=out, stderr=subprocess.STDOUT,
+            env=os.environ | {"KIP_HOME": str(home), "PYTHONUNBUFFERED": "1"})
+    broker = LocalBroker(home / "kafka", port=port)
+    services: list[int] = []
+    try:
+        _wait_for(lambda: "kip is up" in log.read_text() or up.poll() is not None, 180,
+                  "kip up to start")
+        services = [p for p in _children(up.pid) if p != broker.pid()]
+        assert up.poll() is None and len(services) >= 3, log.read_text()[-2000:]
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(timeout=60) == 130
+        _wait_for(lambda: not any(_alive(p) for p in services), 30, "its services to stop")
+        assert broker.pid() is not None   # `kip kafka stop` stops it, as the README says
+    finally:
+        for pid in [up.pid, *services]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        up.wait()
+        broker.stop()
