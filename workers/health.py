@@ -9,8 +9,8 @@ about a version and are left out.
 from __future__ import annotations
 
 import time
-from collections import deque
-from operator import itemgetter
+from array import array
+from bisect import bisect_left
 
 import numpy as np
 
@@ -22,9 +22,8 @@ COUNTED = {Status.OK, Status.FAILED}
 class HealthWindow:
     """Per version, the inferences of the last ``window_s``, kept so that a report
     (every telemetry interval) costs little more than the percentile: counts are
-    running sums, and the inference times sit apart for numpy to read. A window can
-    hold ~50,000 results at the worker's single-row rate, and rebuilding them per
-    report took ~4% of the worker's event loop (docs/benchmarks.md)."""
+    running sums, and the inference times sit in a flat array that numpy reads in
+    place. A window can hold ~60,000 results at the worker's single-row rate."""
 
     def __init__(self, window_s: float = 30.0) -> None:
         self.window_s = window_s
@@ -52,27 +51,63 @@ class HealthWindow:
 
 class _VersionWindow:
     def __init__(self) -> None:
-        self.seen: deque[tuple[float, bool]] = deque()     # (at, failed)
+        self.seen = _Series("b")    # each request counted: 1 if it failed
         self.failed = 0
-        self.times: deque[tuple[float, float]] = deque()   # (at, ms) of those that ran
+        self.times = _Series("d")   # the inference ms of those that ran
 
     def add(self, at: float, failed: bool, inference_ms: float | None) -> None:
-        self.seen.append((at, failed))
+        self.seen.append(at, failed)
         self.failed += failed
         if not failed and inference_ms is not None:
-            self.times.append((at, inference_ms))
+            self.times.append(at, inference_ms)
 
     def drop_before(self, since: float) -> None:
-        while self.seen and self.seen[0][0] < since:
-            self.failed -= self.seen.popleft()[1]
-        while self.times and self.times[0][0] < since:
-            self.times.popleft()
+        self.failed -= self.seen.drop_before(since)
+        self.times.drop_before(since)
 
     def health(self) -> VersionHealth:
-        times = np.fromiter(map(itemgetter(1), self.times), float, len(self.times))
+        times = self.times.values_kept()
+        p99 = float(np.percentile(times, 99)) if len(times) else None
+        del times   # the arrays cannot grow while numpy holds their buffer
         return VersionHealth(requests=len(self.seen), failed=self.failed,
-                             p99_inference_ms=float(np.percentile(times, 99))
-                             if len(times) else None)
+                             p99_inference_ms=p99)
+
+
+class _Series:
+    """Values stamped with a time, appended oldest first and dropped oldest first, in
+    flat arrays that numpy reads without a copy; ``start`` is the oldest kept. The
+    dropped prefix is cut off once it is half of the arrays. Tuples in deques, turned
+    into an array per report, cost the event loop ~4% at the single-row rate
+    (docs/benchmarks.md)."""
+
+    def __init__(self, typecode: str) -> None:
+        self.at = array("d")
+        self.values = array(typecode)
+        self.start = 0
+
+    def __len__(self) -> int:
+        return len(self.at) - self.start
+
+    def append(self, at: float, value: float) -> None:
+        self.at.append(at)
+        self.values.append(value)
+
+    def drop_before(self, since: float) -> float:
+        """Drop the values stamped before ``since``; return their sum."""
+        cut = bisect_left(self.at, since, self.start)
+        dropped = sum(self.values[self.start:cut])
+        self.start = cut
+        if cut > COMPACT_AFTER and 2 * cut > len(self.at):
+            del self.at[:cut]
+            del self.values[:cut]
+            self.start = 0
+        return dropped
+
+    def values_kept(self) -> np.ndarray:
+        return np.frombuffer(self.values, dtype=np.dtype(self.values.typecode))[self.start:]
+
+
+COMPACT_AFTER = 4096
 
 
 HEALTH = HealthWindow()   # one worker a process, like its metrics

@@ -3,6 +3,8 @@ INFERENCE_FAILED, and the p99 of inference time, over the last window only."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from schemas.messages import ErrorInfo, InferenceResult, Status, Timings
 from workers.health import HealthWindow
 
@@ -28,3 +30,22 @@ def test_failures_and_p99_per_version_over_the_window():
     assert 8.9 < health["v1"].p99_inference_ms <= 9.0
     assert (health["v2"].requests, health["v2"].failed) == (2, 1)
     assert window.snapshot(now_s=131) == {}
+
+
+def test_a_long_window_slides_as_a_naive_count_over_every_result_would():
+    """Past the arrays' compaction, and growing again after each report."""
+    window = HealthWindow(window_s=30)
+    observed: list[tuple[float, bool, float]] = []   # (at, failed, ms)
+    for i in range(20_000):
+        at, failed = i * 0.005, i % 7 == 0
+        ms = float(i % 101)
+        window.observe(_result("v1", Status.FAILED, "INFERENCE_FAILED", None) if failed
+                       else _result("v1", inference_ms=ms), now_s=at)
+        observed.append((at, failed, ms))
+        if i % 2_500 == 2_499:
+            kept = [o for o in observed if o[0] >= at - 30]
+            health = window.snapshot(now_s=at)["v1"]
+            assert health.requests == len(kept)
+            assert health.failed == sum(failed for _, failed, _ in kept)
+            assert health.p99_inference_ms == float(np.percentile(
+                [ms for _, failed, ms in kept if not failed], 99))
