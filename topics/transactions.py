@@ -28,10 +28,11 @@ verification) fails the produce with NOT_ENOUGH_REPLICAS, which the producer ret
 after its backoff: overlapped, about one commit in twenty took 10 ms longer
 (docs/benchmarks.md). A stage that knows where its outputs will go before it has them
 (a worker, once it has decoded a batch, while its inference runs) can ``begin_early``:
-the transaction begins and its partitions are added meanwhile, and the commit is left
-with the other four. Adding a partition writes
-nothing to it, so a transaction begun early holds no reader back; one its commit does
-not use is aborted, and one that broke meanwhile fails the commit as a fenced one does.
+the transaction begins, AddOffsetsToTxn is answered and then its partitions are added
+meanwhile, one request at a time, and the commit is left with the produce,
+TxnOffsetCommit and EndTxn. Adding a partition or the group writes nothing to a topic,
+so a transaction begun early holds no reader back; one its commit does not use is
+aborted, and one that broke meanwhile fails the commit as a fenced one does.
 """
 
 from __future__ import annotations
@@ -147,8 +148,9 @@ class PartitionTransactions:
 
     def begin_early(self, tp: TopicPartition, destinations: list[tuple[str, bytes | None]]
                     ) -> None:
-        """Begin ``tp``'s next transaction now, in the background, with the partitions
-        that records of ``destinations`` (topic, key) go to added to it; the next commit
+        """Begin ``tp``'s next transaction now, in the background, with the stage's group
+        and the partitions that records of ``destinations`` (topic, key) go to added to
+        it; the next commit
         of ``tp`` carries on with it. Only where ``tp``'s producer is up and idle: a
         first commit fences and reads the floor first, and a commit in flight owns the
         producer's transaction."""
@@ -162,6 +164,7 @@ class PartitionTransactions:
         producer = self._producers[tp]
         try:
             await producer.begin_transaction()
+            await self._add_group(producer)
             placements: Placements = {}
             for topic, key in destinations:
                 place = await self._place(producer, topic, placements)
@@ -174,6 +177,15 @@ class PartitionTransactions:
         finally:
             if self._beginning.get(tp) is asyncio.current_task():
                 del self._beginning[tp]
+
+    async def _add_group(self, producer: AIOKafkaProducer) -> None:
+        """AddOffsetsToTxn for the stage's group, awaited, before any partition is
+        added: the commit's ``send_offsets_to_transaction`` then sends TxnOffsetCommit
+        alone. aiokafka has no call for it, so its sender's step is called here."""
+        while not await producer._sender._do_add_offsets_to_txn(self.group_id):
+            pass   # a retriable error: aiokafka has waited its backoff
+        if not producer._txn_manager.is_in_transaction():   # refused (the group's ACL)
+            raise KafkaError(f"adding group {self.group_id} to the transaction failed")
 
     async def _attempt(self, tp: TopicPartition, entries: list[Entry]) -> None:
         beginning = self._beginning.get(tp)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 
 import pytest
 from aiokafka import TopicPartition
@@ -174,8 +174,9 @@ def test_records_of_an_any_partition_topic_share_one_partition_per_transaction(b
 
 
 def test_a_transaction_begun_early_carries_the_next_commit(broker, prefix):
-    """``begin_early`` adds the partitions while the stage works; the commit sends into
-    exactly those, and its outputs and offset become visible together."""
+    """``begin_early`` adds the group and the partitions while the stage works; the
+    commit sends only the produce, TxnOffsetCommit and EndTxn, into exactly those
+    partitions, and its outputs and offset become visible together."""
     async def scenario():
         free, keyed, tp = await _free_and_keyed(broker.bootstrap, prefix)
         async with _placing(broker, prefix, free) as tx:
@@ -183,15 +184,39 @@ def test_a_transaction_begun_early_carries_the_next_commit(broker, prefix):
             assert await tx.commit(tp, _round(free, keyed, 0, b"first"))
             entries = _round(free, keyed, 5, b"early")
             tx.begin_early(tp, [(r.topic, r.key) for e in entries for r in e.outputs])
-            await asyncio.sleep(0.5)   # the stage at work; AddPartitionsToTxn meanwhile
-            added = set(tx._producers[tp]._txn_manager.txn_partitions)
-            assert await tx.commit(tp, entries)
+            await asyncio.sleep(0.5)   # the stage at work; AddOffsetsToTxn and
+            added = set(tx._producers[tp]._txn_manager.txn_partitions)   # AddPartitions
+            with _requests_sent(tx._producers[tp]) as sent:
+                assert await tx.commit(tp, entries)
+            assert [n for n in sent if n in TRANSACTION_REQUESTS] == [
+                "ProduceRequest", "TxnOffsetCommitRequest", "EndTxnRequest"]
             assert await _committed(tx, tp, 10) == 10
         written = [r for topic in (free, keyed) for r in await read_topic(broker.kafka, topic)]
         assert sorted(r.value for r in written) == [b"early"] * 10 + [b"first"] * 10
         assert {TopicPartition(r.topic, r.partition) for r in written
                 if r.value == b"early"} == added
     asyncio.run(scenario())
+
+
+TRANSACTION_REQUESTS = {"AddPartitionsToTxnRequest", "AddOffsetsToTxnRequest",
+                        "ProduceRequest", "TxnOffsetCommitRequest", "EndTxnRequest"}
+
+
+@contextmanager
+def _requests_sent(producer):
+    """The names of the requests ``producer`` sends meanwhile, in order (unversioned)."""
+    sent: list[str] = []
+    client = producer.client
+    original = client.send
+
+    async def recording(node_id, request, *args, **kwargs):
+        sent.append(type(request).__name__.split("_v")[0])
+        return await original(node_id, request, *args, **kwargs)
+    client.send = recording
+    try:
+        yield sent
+    finally:
+        del client.send
 
 
 def test_a_transaction_begun_early_for_nothing_live_is_aborted(broker, prefix):
@@ -227,18 +252,26 @@ def test_a_transaction_begun_early_that_times_out_costs_its_commit_one_retry(bro
     asyncio.run(scenario())
 
 
-def test_a_commit_never_has_its_produce_retried(broker, prefix, caplog):
-    """The produce is acknowledged before AddOffsetsToTxn goes. Beside it, the broker's
-    verification of the produce (KIP-890) met the offsets' requests at the transaction
-    coordinator in about one commit of twenty here, and failed it with
-    NOT_ENOUGH_REPLICAS, retried by the producer after its backoff."""
+@pytest.mark.parametrize("early", [False, True], ids=["begun-at-commit", "begun-early"])
+def test_a_commit_never_has_its_produce_retried(broker, prefix, caplog, early):
+    """Every request of a commit goes alone. Beside AddOffsetsToTxn (or TxnOffsetCommit),
+    the broker's verification of the produce (KIP-890) met the other request at the
+    transaction coordinator in about one commit of twenty here, and failed it with
+    NOT_ENOUGH_REPLICAS, retried by the producer after its backoff. A transaction begun
+    early sends one TxnOffsetCommit a commit: none was answered with an error."""
     async def scenario():
         inp, out = await _topics(broker.bootstrap, prefix)
         tp = TopicPartition(inp, 0)
         async with PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as tx:
-            for offset in range(COMMITS):
-                assert await tx.commit(tp, _entries(out, [offset]))
+            assert await tx.commit(tp, _entries(out, [0]))   # the producer, fenced in
+            with _requests_sent(tx._producers[tp]) as sent:
+                for offset in range(1, COMMITS):
+                    if early:
+                        tx.begin_early(tp, [(out, b"k")])
+                        await asyncio.sleep(0.005)   # the stage at work
+                    assert await tx.commit(tp, _entries(out, [offset]))
             assert await _committed(tx, tp, COMMITS) == COMMITS
+        assert sent.count("TxnOffsetCommitRequest") == COMMITS - 1
     caplog.set_level(logging.WARNING, logger="aiokafka.producer.sender")
     asyncio.run(scenario())
     retried = [r.getMessage() for r in caplog.records if "produce response" in r.getMessage()]
