@@ -150,10 +150,9 @@ class PartitionTransactions:
                     ) -> None:
         """Begin ``tp``'s next transaction now, in the background, with the stage's group
         and the partitions that records of ``destinations`` (topic, key) go to added to
-        it; the next commit
-        of ``tp`` carries on with it. Only where ``tp``'s producer is up and idle: a
-        first commit fences and reads the floor first, and a commit in flight owns the
-        producer's transaction."""
+        it; the next commit of ``tp`` carries on with it. Only where ``tp``'s producer is
+        up and idle: a first commit fences and reads the floor first, and a commit in
+        flight owns the producer's transaction."""
         if (tp not in self._producers or tp in self._committing or tp in self._begun
                 or tp in self._beginning):
             return
