@@ -224,7 +224,8 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
             transaction_timeout_ms(settings.session_timeout_ms),
             owned=lambda tp: tp in app.consumer.assignment(),
             any_partition=settings.names.any_partition,
-            chaining=state.sealing.chaining(settings.names.audit))
+            chaining=state.sealing.chaining(settings.names.audit),
+            keep_begun=priority == Priority.INTERACTIVE)
 
         @app.on_partitions_revoked.connect
         async def release(sender, revoked, **kwargs) -> None:

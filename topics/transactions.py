@@ -30,17 +30,22 @@ after its backoff: overlapped, about one commit in twenty took 10 ms longer
 (a worker, once it has decoded a batch, while its inference runs) can ``begin_early``:
 the transaction begins, AddOffsetsToTxn is answered and then its partitions are added
 meanwhile, one request at a time, and the commit is left with the produce,
-TxnOffsetCommit and EndTxn. Adding a partition or the group writes nothing to a topic,
-so a transaction begun early holds no reader back; one its commit does not use is
-aborted, and one that broke meanwhile fails the commit as a fenced one does.
+TxnOffsetCommit and EndTxn; a partition the commit needs beyond those is added before
+any of its produce goes, for the same reason. A stage that decides in well under a
+round trip (a pipeline) keeps its next transaction begun instead (``keep_begun``): once
+a commit is done, the next begins with the group and the partitions the last one wrote
+to (a fresh one where any partition will do, every partition of a topic placed by key).
+Adding a partition or the group writes nothing to a topic, so a transaction begun early
+holds no reader back; one its commit does not use is aborted, one kept a third of the
+transaction timeout with no commit is aborted before the broker would abort it (and
+fence the producer), and one that broke meanwhile fails the commit as a fenced one does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -51,19 +56,25 @@ from aiokafka.structs import OffsetAndMetadata
 from topics.clients import KafkaConnection
 from schemas.audit_chain import ChainHead
 from topics.outputs import Chaining, Record
-from topics.partitioning import key_partition
+from topics.txn_steps import (Placement, add_group, add_partitions, broken,
+                              committed_position, placement, retrieve, send_batches,
+                              stop_quietly, wait_or_cancel)
 
 log = logging.getLogger("kip.transactions")
 
 RETRY_BACKOFF_S = 0.5
-# A transaction that begins right after the previous one on the same producer often
-# gets CONCURRENT_TRANSACTIONS (the broker is still writing the previous markers), and
-# aiokafka retries AddOffsetsToTxn and EndTxn after retry_backoff_ms, 100 ms by
-# default: every such retry would add 100 ms to the requests in the transaction.
+# aiokafka's retry backoff (100 ms by default) also paces its retries of
+# CONCURRENT_TRANSACTIONS, the answer while the broker still writes the markers of the
+# producer's previous transaction: each would add 100 ms to a transaction.
 TXN_RETRY_BACKOFF_MS = 10
+# A kept transaction begins this long after the commit before it: the coordinator is
+# writing that one's markers meanwhile, and answers CONCURRENT_TRANSACTIONS until done.
+KEEP_AFTER_S = 0.002
 
-Placement = Callable[[bytes | None], int]   # a record's key -> its partition
-Placements = dict[str, Placement]           # by topic, for one transaction
+Placements = dict[str, Placement]   # by topic, for one transaction
+# A topic and where in it: a key to place by, a partition, or every partition.
+Destination = tuple[str, bytes | int | str | None]
+ALL_PARTITIONS = "*"
 
 
 def transaction_timeout_ms(session_timeout_ms: int) -> int:
@@ -100,13 +111,14 @@ class PartitionTransactions:
     def __init__(self, kafka: KafkaConnection, group_id: str, timeout_ms: int,
                  owned: Callable[[TopicPartition], bool] = lambda tp: True,
                  any_partition: Callable[[str], bool] = lambda topic: False,
-                 chaining: Chaining | None = None) -> None:
+                 chaining: Chaining | None = None, keep_begun: bool = False) -> None:
         self.kafka = kafka
         self.group_id = group_id
         self.timeout_ms = timeout_ms
         self.owned = owned
         self.any_partition = any_partition
         self.chaining = chaining
+        self.keep_begun = keep_begun
         self._producers: dict[TopicPartition, AIOKafkaProducer] = {}
         self._floor: dict[TopicPartition, int] = {}
         self._heads: dict[TopicPartition, ChainHead] = {}
@@ -114,6 +126,8 @@ class PartitionTransactions:
         self._committing: set[TopicPartition] = set()
         self._beginning: dict[TopicPartition, asyncio.Task] = {}
         self._begun: dict[TopicPartition, Placements] = {}   # placements chosen early
+        self._again: dict[TopicPartition, list[Destination]] = {}
+        self._timers: dict[TopicPartition, asyncio.TimerHandle] = {}   # _keep, _expire
 
     def transactional_id(self, tp: TopicPartition) -> str:
         return f"{self.group_id}.{tp.topic}.{tp.partition}"
@@ -129,62 +143,106 @@ class PartitionTransactions:
         a transaction begun early): it would fence the partition's new owner.
         """
         self._committing.add(tp)
+        self._cancel_timer(tp)   # a transaction to keep or expire: this commit's now
         try:
-            while True:
-                if tp not in self._producers and not self.owned(tp):
-                    return False
-                try:
-                    await asyncio.wait_for(self._attempt(tp, entries), self.timeout_ms / 1000)
-                    return True
-                except (KafkaError, asyncio.TimeoutError, OSError) as err:
-                    fenced = isinstance(err, ProducerFenced)
-                    log.warning("transaction for %s %s; dropping its producer", tp,
-                                "fenced by another owner" if fenced else f"failed ({err!r})")
-                    await self.release(tp)
-                    if self.owned(tp):
-                        await asyncio.sleep(RETRY_BACKOFF_S)
+            done = await self._commit(tp, entries)
         finally:
             self._committing.discard(tp)
+        if done and self.keep_begun:
+            self._arm(tp, KEEP_AFTER_S, self._keep)
+        return done
 
-    def begin_early(self, tp: TopicPartition, destinations: list[tuple[str, bytes | None]]
-                    ) -> None:
+    def _keep(self, tp: TopicPartition) -> None:
+        self.begin_early(tp, self._again.pop(tp, []))
+
+    def _arm(self, tp: TopicPartition, delay_s: float, then: Callable) -> None:
+        """``then(tp)`` in ``delay_s``, in place of any timer ``tp`` had (one that has
+        run is left in ``_timers``: cancelling it does nothing)."""
+        self._cancel_timer(tp)
+        self._timers[tp] = asyncio.get_running_loop().call_later(delay_s, then, tp)
+
+    def _cancel_timer(self, tp: TopicPartition) -> None:
+        timer = self._timers.pop(tp, None)
+        if timer is not None:
+            timer.cancel()
+
+    async def _commit(self, tp: TopicPartition, entries: list[Entry]) -> bool:
+        while True:
+            if tp not in self._producers and not self.owned(tp):
+                return False
+            try:
+                await asyncio.wait_for(self._attempt(tp, entries), self.timeout_ms / 1000)
+                return True
+            except (KafkaError, asyncio.TimeoutError, OSError) as err:
+                fenced = isinstance(err, ProducerFenced)
+                log.warning("transaction for %s %s; dropping its producer", tp,
+                            "fenced by another owner" if fenced else f"failed ({err!r})")
+                await self.release(tp)
+                if self.owned(tp):
+                    await asyncio.sleep(RETRY_BACKOFF_S)
+
+    def begin_early(self, tp: TopicPartition, destinations: list[Destination]) -> None:
         """Begin ``tp``'s next transaction now, in the background, with the stage's group
-        and the partitions that records of ``destinations`` (topic, key) go to added to
-        it; the next commit of ``tp`` carries on with it. Only where ``tp``'s producer is
-        up and idle: a first commit fences and reads the floor first, and a commit in
-        flight owns the producer's transaction."""
-        if (tp not in self._producers or tp in self._committing or tp in self._begun
-                or tp in self._beginning):
+        and the partitions of ``destinations`` added to it; where one is begun already,
+        add those partitions to it. The next commit of ``tp`` carries on with it. Only
+        where ``tp``'s producer is up and no commit is in flight: a first commit fences
+        and reads the floor first, and a commit in flight owns the transaction."""
+        if tp not in self._producers or tp in self._committing:
             return
-        self._beginning[tp] = asyncio.create_task(self._begin(tp, destinations))
+        self._chain(tp, self._prepare(tp, destinations))
 
-    async def _begin(self, tp: TopicPartition, destinations: list[tuple[str, bytes | None]]
-                     ) -> None:
-        producer = self._producers[tp]
+    def _chain(self, tp: TopicPartition, step: Coroutine) -> None:
+        """``step`` in the background after ``tp``'s last: a commit waits for them."""
+        task = asyncio.create_task(self._after(tp, self._producers[tp],
+                                               self._beginning.get(tp), step))
+        task.add_done_callback(lambda _: step.close())   # where it never ran
+        self._beginning[tp] = task
+
+    async def _after(self, tp: TopicPartition, producer: AIOKafkaProducer,
+                     before: asyncio.Task | None, step: Coroutine) -> None:
         try:
-            await producer.begin_transaction()
-            await self._add_group(producer)
-            placements: Placements = {}
-            for topic, key in destinations:
-                place = await self._place(producer, topic, placements)
-                added = TopicPartition(topic, place(key))   # sent with the next request
-                producer._txn_manager.maybe_add_partition_to_txn(added)
-            self._begun[tp] = placements
+            if before is not None:
+                await wait_or_cancel(before)
+            if self._producers.get(tp) is producer:   # not dropped meanwhile
+                await step
         except (KafkaError, OSError) as err:   # the commit starts over with a new producer
             log.info("beginning %s's transaction early failed: %r", tp, err)
-            await self.release(tp)
+            if self._producers.get(tp) is producer:
+                await self.release(tp)
         finally:
             if self._beginning.get(tp) is asyncio.current_task():
                 del self._beginning[tp]
 
-    async def _add_group(self, producer: AIOKafkaProducer) -> None:
-        """AddOffsetsToTxn for the stage's group, awaited, before any partition is
-        added: the commit's ``send_offsets_to_transaction`` then sends TxnOffsetCommit
-        alone. aiokafka has no call for it, so its sender's step is called here."""
-        while not await producer._sender._do_add_offsets_to_txn(self.group_id):
-            pass   # a retriable error: aiokafka has waited its backoff
-        if not producer._txn_manager.is_in_transaction():   # refused (the group's ACL)
-            raise KafkaError(f"adding group {self.group_id} to the transaction failed")
+    async def _prepare(self, tp: TopicPartition, destinations: list[Destination]) -> None:
+        producer = self._producers[tp]
+        placements = self._begun.get(tp)
+        if placements is None:
+            await producer.begin_transaction()
+            await add_group(producer, self.group_id)
+            placements = self._begun[tp] = {}
+            if self.keep_begun:
+                self._arm(tp, self.timeout_ms / 3000, self._expire)
+        partitions = []
+        for topic, where in destinations:
+            if where == ALL_PARTITIONS:
+                partitions += [TopicPartition(topic, p)
+                               for p in sorted(await producer.partitions_for(topic))]
+            else:
+                if not isinstance(where, int):
+                    where = (await self._place(producer, topic, placements))(where)
+                partitions.append(TopicPartition(topic, where))
+        await add_partitions(producer, partitions)
+
+    def _expire(self, tp: TopicPartition) -> None:
+        """A transaction kept begun that no commit has taken is aborted, at a third of
+        the transaction timeout: the broker would abort it at the timeout and fence
+        the producer, and the next commit would have to start over."""
+        if tp in self._begun and tp not in self._committing:
+            self._chain(tp, self._abort_begun(tp))
+
+    async def _abort_begun(self, tp: TopicPartition) -> None:
+        if self._begun.pop(tp, None) is not None:
+            await self._producers[tp].abort_transaction()
 
     async def _attempt(self, tp: TopicPartition, entries: list[Entry]) -> None:
         beginning = self._beginning.get(tp)
@@ -192,30 +250,43 @@ class PartitionTransactions:
             await asyncio.wait([beginning])
         producer = await self._producer(tp)
         placements = self._taken_over(tp, producer)
+        self._cancel_timer(tp)   # armed by the step the commit waited for
         live = [e for e in entries if e.offset >= self._floor[tp]]
         if not live:
             if placements is not None:
                 await producer.abort_transaction()
             return
         outputs, head = self._linked(tp, [r for e in live for r in e.outputs])
+        begun = placements is not None
         if placements is None:
             placements = {}
             await producer.begin_transaction()
         sent: list[asyncio.Future] = []
         try:
             groups = await self._by_partition(producer, outputs, placements)
+            if begun:   # a partition it lacks is added before any produce goes: above
+                await add_partitions(producer, [TopicPartition(*g) for g in groups])
             for (topic, partition), batch in groups.items():
-                sent += await _send_batches(producer, topic, partition, batch)
+                sent += await send_batches(producer, topic, partition, batch)
             await asyncio.gather(*sent)   # acknowledged before the offsets: the docstring
             position = (live[-1].offset + 1, head.metadata() if head else "")
             await producer.send_offsets_to_transaction({tp: position}, self.group_id)
             await producer.commit_transaction()
         finally:
             for future in sent:   # their errors are the transaction's: already raised
-                future.add_done_callback(_retrieve)
+                future.add_done_callback(retrieve)
         self._floor[tp] = live[-1].offset + 1
+        self._again[tp] = self._unkeyed(outputs)
         if head is not None:
             self._heads[tp] = head
+
+    def _unkeyed(self, outputs: list[Record]) -> list[Destination]:
+        """Where ``outputs`` went that does not hang on their keys: their explicit
+        partitions, and a fresh partition of each topic that needs no placement."""
+        found = {(r.topic, r.partition) if r.partition is not None else
+                 (r.topic, None) if self.any_partition(r.topic) else (r.topic, ALL_PARTITIONS)
+                 for r in outputs}
+        return sorted(found, key=str)
 
     def _taken_over(self, tp: TopicPartition, producer: AIOKafkaProducer
                     ) -> Placements | None:
@@ -225,10 +296,7 @@ class PartitionTransactions:
         placements = self._begun.pop(tp, None)
         txn = producer._txn_manager
         if placements is not None and not txn.is_in_transaction():
-            ended = txn.wait_for_transaction_end()
-            cause = ended.exception() if ended.done() and not ended.cancelled() else None
-            raise cause if isinstance(cause, KafkaError) else KafkaError(
-                f"the transaction begun early for {tp} broke off: {cause!r}")
+            raise broken(producer, f"after it began early for {tp}")
         return placements
 
     def _linked(self, tp: TopicPartition, outputs: list[Record]
@@ -259,19 +327,9 @@ class PartitionTransactions:
         """The transaction's placement for ``topic``, chosen on first use."""
         place = placements.get(topic)
         if place is None:
-            place = placements[topic] = await self._placement(producer, topic)
+            place = placements[topic] = await placement(producer, topic,
+                                                        self.any_partition(topic))
         return place
-
-    async def _placement(self, producer: AIOKafkaProducer, topic: str) -> Placement:
-        """Where a record of ``topic`` goes in this transaction, by its key."""
-        partitions = list(await producer.partitions_for(topic))
-        if self.any_partition(topic):
-            chosen = random.choice(sorted(partitions))
-            return lambda key: chosen
-        ordered = sorted(partitions)
-        available = list(producer.client.cluster.available_partitions_for_topic(topic) or ())
-        return lambda key: (producer._partitioner(None, ordered, available) if key is None
-                            else key_partition(key, ordered))
 
     async def claim(self, tp: TopicPartition) -> None:
         """Take ``tp`` over now: fence its previous owner (the broker aborts that owner's
@@ -295,7 +353,7 @@ class PartitionTransactions:
                 self._heads[tp] = ChainHead.from_metadata(position.metadata,
                                                           self.transactional_id(tp))
         except BaseException:
-            await _stop_quietly(producer)
+            await stop_quietly(producer)
             raise
         self._producers[tp] = producer
         return producer
@@ -310,12 +368,7 @@ class PartitionTransactions:
         if self._admin is None:
             self._admin = self.kafka.admin()
             await self._admin.start()
-        offsets = await self._admin.list_consumer_group_offsets(self.group_id,
-                                                                partitions=[tp])
-        found = offsets.get(tp)
-        if found is None or found.offset < 0:
-            return OffsetAndMetadata(0, "")
-        return OffsetAndMetadata(found.offset, found.metadata or "")
+        return await committed_position(self._admin, self.group_id, tp)
 
     async def release(self, tp: TopicPartition) -> None:
         """Drop the partition's producer (revoked, fenced or broken)."""
@@ -327,8 +380,10 @@ class PartitionTransactions:
         self._floor.pop(tp, None)
         self._heads.pop(tp, None)
         self._begun.pop(tp, None)
+        self._again.pop(tp, None)
+        self._cancel_timer(tp)
         if producer is not None:
-            await _stop_quietly(producer)
+            await stop_quietly(producer)
 
     async def close(self) -> None:
         for tp in list(self._producers):
@@ -343,49 +398,3 @@ class PartitionTransactions:
     async def __aexit__(self, *exc) -> None:
         await self.close()
 
-
-async def _send_batches(producer: AIOKafkaProducer, topic: str, partition: int,
-                        records: list[Record]) -> list[asyncio.Future]:
-    """``records`` in as few record batches as fit (the producers' ``BATCH_BYTES``
-    each), built here: one ``send_batch`` per batch instead of a ``send`` (a future, a
-    metadata check, a partitioner call) per record. They leave in one produce request;
-    with a ``send`` per record and aiokafka's 16 KiB batches, a round of work items left
-    in ~12."""
-    futures = []
-    batch = producer.create_batch()
-    for record in records:
-        if batch.append(key=record.key, value=record.value, timestamp=None,
-                        headers=record.headers) is None:   # full: a batch's first always fits
-            futures.append(await producer.send_batch(batch, topic, partition=partition))
-            batch = producer.create_batch()
-            batch.append(key=record.key, value=record.value, timestamp=None,
-                         headers=record.headers)
-    futures.append(await producer.send_batch(batch, topic, partition=partition))
-    return futures
-
-
-def _retrieve(future: asyncio.Future) -> None:
-    if not future.cancelled():
-        future.exception()
-
-
-async def _stop_quietly(producer: AIOKafkaProducer) -> None:
-    try:
-        await asyncio.wait_for(producer.stop(), 5)
-    except Exception as err:   # a broken producer: its connections close with it
-        log.info("producer stop: %r", err)
-    # A fenced producer also fails aiokafka's internal waiters, which nobody awaits once
-    # we drop the producer: the transaction's, and each unsent batch's drain waiter.
-    # Read them so asyncio does not report them as lost.
-    for waiter in _internal_waiters(producer):
-        if waiter.done():
-            _retrieve(waiter)
-
-
-def _internal_waiters(producer: AIOKafkaProducer) -> list[asyncio.Future]:
-    """aiokafka 0.14's internal futures that fail with a fenced producer."""
-    waiters = [getattr(producer._txn_manager, "_transaction_waiter", None)]
-    accumulator = getattr(producer, "_message_accumulator", None)
-    for batches in getattr(accumulator, "_batches", {}).values():
-        waiters += [getattr(batch, "_drain_waiter", None) for batch in batches]
-    return [w for w in waiters if w is not None]
