@@ -64,12 +64,13 @@ log = logging.getLogger("kip.transactions")
 
 RETRY_BACKOFF_S = 0.5
 # aiokafka's retry backoff (100 ms by default) also paces its retries of
-# CONCURRENT_TRANSACTIONS, the answer while the broker still writes the markers of the
-# producer's previous transaction: each would add 100 ms to a transaction.
+# CONCURRENT_TRANSACTIONS, the answer while the previous transaction's markers are written.
 TXN_RETRY_BACKOFF_MS = 10
-# A kept transaction begins this long after the commit before it: the coordinator is
-# writing that one's markers meanwhile, and answers CONCURRENT_TRANSACTIONS until done.
+# A kept transaction begins this long after the commit before it (the coordinator
+# answers CONCURRENT_TRANSACTIONS until it has written that one's markers), and only
+# where the partition's round came this long after its last commit (docs/benchmarks.md).
 KEEP_AFTER_S = 0.002
+KEEP_WHEN_IDLE_S = 0.015
 
 Placements = dict[str, Placement]   # by topic, for one transaction
 # A topic and where in it: a key to place by, a partition, or every partition.
@@ -127,7 +128,8 @@ class PartitionTransactions:
         self._beginning: dict[TopicPartition, asyncio.Task] = {}
         self._begun: dict[TopicPartition, Placements] = {}   # placements chosen early
         self._again: dict[TopicPartition, list[Destination]] = {}
-        self._timers: dict[TopicPartition, asyncio.TimerHandle] = {}   # _keep, _expire
+        self._timers: dict[TopicPartition, asyncio.TimerHandle] = {}   # keep, _expire
+        self._ended: dict[TopicPartition, float] = {}   # the last commit's end, loop time
 
     def transactional_id(self, tp: TopicPartition) -> str:
         return f"{self.group_id}.{tp.topic}.{tp.partition}"
@@ -144,27 +146,25 @@ class PartitionTransactions:
         """
         self._committing.add(tp)
         self._cancel_timer(tp)   # a transaction to keep or expire: this commit's now
+        loop = asyncio.get_running_loop()
+        idle_s = loop.time() - self._ended.get(tp, float("-inf"))
         try:
             done = await self._commit(tp, entries)
         finally:
             self._committing.discard(tp)
-        if done and self.keep_begun:
-            self._arm(tp, KEEP_AFTER_S, self._keep)
+            self._ended[tp] = loop.time()
+        if done and self.keep_begun and idle_s >= KEEP_WHEN_IDLE_S:
+            self._arm(tp, KEEP_AFTER_S, lambda tp: self.begin_early(tp, self._again.pop(tp, [])))
         return done
 
-    def _keep(self, tp: TopicPartition) -> None:
-        self.begin_early(tp, self._again.pop(tp, []))
-
     def _arm(self, tp: TopicPartition, delay_s: float, then: Callable) -> None:
-        """``then(tp)`` in ``delay_s``, in place of any timer ``tp`` had (one that has
-        run is left in ``_timers``: cancelling it does nothing)."""
+        """``then(tp)`` in ``delay_s``, in place of any timer ``tp`` had."""
         self._cancel_timer(tp)
         self._timers[tp] = asyncio.get_running_loop().call_later(delay_s, then, tp)
 
     def _cancel_timer(self, tp: TopicPartition) -> None:
-        timer = self._timers.pop(tp, None)
-        if timer is not None:
-            timer.cancel()
+        if (timer := self._timers.pop(tp, None)) is not None:
+            timer.cancel()   # one that has run is left in _timers: this does nothing
 
     async def _commit(self, tp: TopicPartition, entries: list[Entry]) -> bool:
         while True:

@@ -142,3 +142,21 @@ def test_a_partition_released_while_its_next_is_kept_leaves_nothing_running(brok
         asyncio.run(scenario())
     assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
     assert [c["message"] for c in lost] == []
+
+
+def test_a_partition_whose_rounds_come_back_to_back_keeps_none(broker, prefix):
+    """A round that comes within ``KEEP_WHEN_IDLE_S`` of its partition's last commit
+    would wait for a kept transaction to begin: none is kept after it, and a round that
+    comes after a pause keeps one again."""
+    async def scenario():
+        free, _, keyed = await _topics(broker.bootstrap, prefix)
+        tp = _in(prefix)
+        async with _kept(broker, prefix) as tx:
+            for first in (0, 5, 10):   # the first after no commit at all: kept, then not
+                assert await tx.commit(tp, _round(free, keyed, first, b"v"))
+            await asyncio.sleep(0.3)
+            assert tp not in tx._begun
+            assert await tx.commit(tp, _round(free, keyed, 15, b"v"))   # after a pause
+            await asyncio.sleep(0.3)
+            assert tp in tx._begun
+    asyncio.run(scenario())
