@@ -30,6 +30,13 @@ def test_the_main_thread_is_charged_for_its_own_work_and_not_another_threads():
     assert main.stop()["me"] < whole.stop()["me"] / 2
 
 
+def test_the_warm_up_goes_in_rounds_no_bigger_than_a():
+    assert bench_cost.warm_up_rounds(6000, 3000) == [3000, 3000]
+    assert bench_cost.warm_up_rounds(7000, 3000) == [3000, 3000, 1000]
+    assert bench_cost.warm_up_rounds(20, 40) == [20]
+    assert bench_cost.warm_up_rounds(0, 3000) == []
+
+
 def test_a_small_cost_run_reports_every_process_stage_and_floor(registry, capsys):
     args = argparse.Namespace(requests=40, batched=10, sequential=10, floor_events=300, warm_up=20,
                               registry=registry.root, json=True, bus="plaintext")
