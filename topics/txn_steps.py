@@ -29,7 +29,7 @@ log = logging.getLogger("kip.transactions")
 # How often a step looks whether the sender has had its AddPartitionsToTxn answered
 # (aiokafka keeps no future for it); a step waits a round trip, a millisecond or two.
 ADDED_POLL_S = 0.0002
-CONCURRENT_RETRY_S = 0.001
+CONCURRENT_RETRY_S = 0.001   # the first retry of CONCURRENT_TRANSACTIONS; doubled after
 
 Placement = Callable[[bytes | None], int]   # a record's key -> its partition
 
@@ -51,11 +51,13 @@ async def add_group(producer: AIOKafkaProducer, group_id: str) -> None:
     """AddOffsetsToTxn for ``group_id``, answered: the commit's
     ``send_offsets_to_transaction`` then sends TxnOffsetCommit alone."""
     sender, txn = producer._sender, producer._txn_manager
+    retry_s = CONCURRENT_RETRY_S
     while True:
         node_id = await sender._find_coordinator(CoordinationType.TRANSACTION,
                                                  txn.transactional_id)
-        if await _AddGroup(sender, group_id).do(node_id):
+        if await _AddGroup(sender, group_id, retry_s).do(node_id):
             break   # else a retriable error, and its backoff waited
+        retry_s = min(2 * retry_s, sender._retry_backoff)
     if not txn.is_in_transaction():   # refused (the group's ACL)
         raise KafkaError(f"adding group {group_id} to the transaction failed")
 
@@ -64,11 +66,16 @@ class _AddGroup(AddOffsetsToTxnHandler):
     """aiokafka's AddOffsetsToTxn step, retried sooner while the coordinator is still
     writing the last transaction's markers (CONCURRENT_TRANSACTIONS): a kept
     transaction begins right after a commit, and the markers take a millisecond or so
-    where the producer's backoff is 10 ms."""
+    where the producer's backoff is 10 ms. The retries back off to that 10 ms, so a
+    busy broker, slow to write markers, is not asked every millisecond."""
+
+    def __init__(self, sender, group_id: str, concurrent_retry_s: float) -> None:
+        super().__init__(sender, group_id)
+        self.concurrent_retry_s = concurrent_retry_s
 
     def handle_response(self, resp):
         if Errors.for_code(resp.error_code) is Errors.ConcurrentTransactions:
-            return CONCURRENT_RETRY_S
+            return self.concurrent_retry_s
         return super().handle_response(resp)
 
 
