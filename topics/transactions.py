@@ -158,8 +158,7 @@ class PartitionTransactions:
         return done
 
     def _arm(self, tp: TopicPartition, delay_s: float, then: Callable) -> None:
-        """``then(tp)`` in ``delay_s``, in place of any timer ``tp`` had."""
-        self._cancel_timer(tp)
+        self._cancel_timer(tp)   # one timer a partition
         self._timers[tp] = asyncio.get_running_loop().call_later(delay_s, then, tp)
 
     def _cancel_timer(self, tp: TopicPartition) -> None:
@@ -276,7 +275,8 @@ class PartitionTransactions:
             for future in sent:   # their errors are the transaction's: already raised
                 future.add_done_callback(retrieve)
         self._floor[tp] = live[-1].offset + 1
-        self._again[tp] = self._unkeyed(outputs)
+        if self.keep_begun:
+            self._again[tp] = self._unkeyed(outputs)   # for the transaction kept next
         if head is not None:
             self._heads[tp] = head
 
