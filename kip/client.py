@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,7 +131,7 @@ class KipClient:
                 issued_at_ms: int | None = None) -> InferenceRequest:
         """A signed request (not yet sent)."""
         tensors = _tensors(inputs)
-        fields = dict(request_id=request_id or uuid.uuid4().hex, tenant=self.tenant,
+        fields = dict(request_id=request_id or os.urandom(16).hex(), tenant=self.tenant,
                       key_id=self.key_id, issued_at_ms=issued_at_ms or now_ms(),
                       priority=Priority(priority).value, model=model, deadline_ms=deadline_ms,
                       reply_to=self.reply_to)

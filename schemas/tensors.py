@@ -39,6 +39,7 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
 }
 _DATATYPE_OF_KIND = {v.str: k for k, v in NUMPY_DTYPES.items()}
 _MAX_DIMS = 8
+_MAX_NAME = 128
 _MAX_DIM = 2**31 - 1
 
 
@@ -47,7 +48,7 @@ class Tensor(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(min_length=1, max_length=128)
+    name: str = Field(min_length=1, max_length=_MAX_NAME)
     datatype: Datatype
     shape: list[Annotated[int, Field(ge=0, le=_MAX_DIM)]] = Field(max_length=_MAX_DIMS)
     data: list[Any] | None = None
@@ -124,7 +125,11 @@ class Tensor(BaseModel):
 
     @classmethod
     def from_array(cls, name: str, array: np.ndarray, *, raw: bool = True) -> Tensor:
-        """Build a tensor from a numpy array (``raw`` form by default)."""
+        """Build a tensor from a numpy array (``raw`` form by default).
+
+        An array that plainly passes the checks (its name's length, its rank, finite
+        values) is checked here, on the array, rather than by decoding the base64 just
+        encoded; any other goes through validation, which names what is wrong."""
         if array.dtype.kind in "OUS":
             return cls(name=name, datatype="BYTES", shape=list(array.shape),
                        data=[str(s) for s in array.reshape(-1)])
@@ -132,21 +137,28 @@ class Tensor(BaseModel):
         datatype = _DATATYPE_OF_KIND.get(arr.dtype.str)
         if datatype is None:
             raise ValueError(f"numpy dtype {array.dtype} has no kip datatype")
-        if raw:
+        if not raw:
             return cls(name=name, datatype=datatype, shape=list(arr.shape),
-                       raw=base64.b64encode(arr.tobytes()).decode("ascii"))
+                       data=arr.reshape(-1).tolist())
+        if _plainly_valid(name, arr):
+            return cls._built(name, datatype, arr)
         return cls(name=name, datatype=datatype, shape=list(arr.shape),
-                   data=arr.reshape(-1).tolist())
+                   raw=base64.b64encode(arr.tobytes()).decode("ascii"))
 
     @classmethod
     def of_output(cls, name: str, array: np.ndarray) -> Tensor:
         """``from_array`` for an array kip made itself (a model's output, which the
-        session has checked): the same tensor, built without validating it again, which
-        would decode the base64 just encoded."""
+        session has checked): the same tensor, built without checking it again."""
         arr = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
         datatype = _DATATYPE_OF_KIND.get(arr.dtype.str)
         if datatype is None or array.dtype.kind in "OUS":
             return cls.from_array(name, array)
+        return cls._built(name, datatype, arr)
+
+    @classmethod
+    def _built(cls, name: str, datatype: str, arr: np.ndarray) -> Tensor:
+        """The raw-form tensor of a little-endian contiguous ``arr`` that passes every
+        check, with the array it would decode to already in place."""
         tensor = cls.model_construct(name=name, datatype=datatype, shape=list(arr.shape),
                                      data=None,
                                      raw=base64.b64encode(arr.tobytes()).decode("ascii"))
@@ -157,6 +169,14 @@ class Tensor(BaseModel):
     def text(cls, name: str, texts: list[str]) -> Tensor:
         """A BYTES tensor of shape ``[len(texts)]``."""
         return cls(name=name, datatype="BYTES", shape=[len(texts)], data=list(texts))
+
+
+def _plainly_valid(name: str, arr: np.ndarray) -> bool:
+    """Whether a tensor of ``arr`` passes every field's check: the same limits as the
+    model's fields, and finite values (what decoding checks)."""
+    return (0 < len(name) <= _MAX_NAME and arr.ndim <= _MAX_DIMS
+            and all(d <= _MAX_DIM for d in arr.shape)
+            and (arr.dtype.kind != "f" or bool(np.isfinite(arr).all())))
 
 
 def _b64decode(raw: str) -> bytes:

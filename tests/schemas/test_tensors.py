@@ -47,6 +47,17 @@ def test_invalid_tensors_are_rejected_with_a_reason(fields, message):
         Tensor(name="x", **fields)
 
 
+@pytest.mark.parametrize("name, array, message", [
+    ("", np.zeros(1, np.float32), "at least 1 character"),
+    ("x" * 129, np.zeros(1, np.float32), "at most 128 characters"),
+    ("x", np.zeros([1] * 9, np.float32), "at most 8 items"),
+    ("x", np.array([1.0, float("-inf")]), "NaN or infinity"),
+])
+def test_an_array_that_fails_a_check_gets_the_validation_error(name, array, message):
+    with pytest.raises(ValidationError, match=message):
+        Tensor.from_array(name, array)
+
+
 def test_nan_and_infinity_are_rejected_in_both_forms():
     for value in (float("nan"), float("inf")):
         with pytest.raises(ValidationError, match="NaN or infinity"):
@@ -62,7 +73,9 @@ def test_an_output_tensor_is_the_same_as_one_built_from_its_array(array):
     trusted, checked = Tensor.of_output("out", array), Tensor.from_array("out", array)
     assert trusted == checked and encode_json(trusted) == encode_json(checked)
     assert np.array_equal(trusted.array, array) and trusted.digest() == checked.digest()
-    assert Tensor.model_validate_json(encode_json(trusted)) == checked
+    validated = Tensor.model_validate_json(encode_json(trusted))
+    assert validated == checked and np.array_equal(validated.array, checked.array)
+    assert validated.array.dtype == checked.array.dtype
 
 
 def encode_json(tensor: Tensor) -> bytes:
