@@ -15,8 +15,10 @@ Starts a kip of its own (broker, pipeline, a worker per reference model) and mea
     a record and of sealing a transaction (timed here on the run's own records; already
     inside the stages' CPU above), and of ``kip audit verify`` per record.
 
-The digits model's inference is nearly free, so (a) and (b) are kip's own cost. docs/
-benchmarks.md keeps the figures with the commit they ran on.
+The digits model (a small convolutional net) takes ~20-30 µs of CPU per row in ONNX
+Runtime here, so (a) and (b) also report each figure outside ONNX Runtime's run: the
+CPU minus what raw ONNX Runtime takes, in this process, for calls of the same sizes
+(``RawDigits``). docs/benchmarks.md keeps the figures with the commit they ran on.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ async def measure(args) -> dict:
     async with own_stack("cost", args.registry, bus=args.bus, log=_quiet) as stack:
         stack.start_services(log=_quiet)
         pids = _pids(stack)
+        raw = RawDigits(stack)
         async with dev_client(stack) as kip:
             report = {"bus": _bus(kip.kafka)}
             await _warm_up(kip)
@@ -83,11 +86,11 @@ async def measure(args) -> dict:
                 print(f"warming up: {args.warm_up} single-row requests", file=sys.stderr,
                       flush=True)
                 for count in warm_up_rounds(args.warm_up, args.requests):
-                    await all_in_flight(kip, pids, count, 1)
+                    await all_in_flight(kip, pids, raw, count, 1)
             print(f"(a) {args.requests} single-row requests, all in flight", file=sys.stderr, flush=True)
-            report["a_single_row"] = await all_in_flight(kip, pids, args.requests, 1)
+            report["a_single_row"] = await all_in_flight(kip, pids, raw, args.requests, 1)
             print(f"(b) {args.batched} requests of 32 rows, all in flight", file=sys.stderr, flush=True)
-            report["b_32_rows"] = await all_in_flight(kip, pids, args.batched, 32)
+            report["b_32_rows"] = await all_in_flight(kip, pids, raw, args.batched, 32)
             print(f"(c) {args.sequential} interactive requests, one at a time", file=sys.stderr, flush=True)
             report["c_sequential"] = await sequential(kip, stack, args.sequential)
         print("(d) floors: two bare transactional hops; a bare faust consumer", file=sys.stderr, flush=True)
@@ -130,10 +133,11 @@ async def _warm_up(kip: KipClient) -> None:
             raise RuntimeError(f"warm-up on {model} ended {result.status}: {result.error}")
 
 
-async def all_in_flight(kip: KipClient, pids: dict[str, int], count: int, rows: int
-                        ) -> dict:
+async def all_in_flight(kip: KipClient, pids: dict[str, int], raw: RawDigits, count: int,
+                        rows: int) -> dict:
     """CPU per request and per row of each process, for ``count`` digits requests of
-    ``rows`` rows submitted at once (building and signing them is the client's cost)."""
+    ``rows`` rows submitted at once (building and signing them is the client's cost),
+    and outside ONNX Runtime's run."""
     images = np.random.default_rng(0).random((rows, 64), dtype=np.float32)
     meter = CpuMeter(pids)
     loop = CpuMeter({"worker digits": pids["worker digits"]}, read=main_thread_cpu_us)
@@ -149,22 +153,54 @@ async def all_in_flight(kip: KipClient, pids: dict[str, int], count: int, rows: 
     _all_ok(results)
     inference_ms = sum(r.timings.inference_ms / max(1, r.batch_size) * rows for r in results)
     per_request = {n: us / count for n, us in spent.items()}
-    inference_us = inference_ms * 1000 / count
+    onnx_us = raw.cpu_us(call_sizes(results, rows)) / count
     total = sum(per_request.values())
     return {"requests": count, "rows": rows, "requests_per_s": count / elapsed,
             "cpu_us_per_request": per_request | {"all": total},
             "cpu_us_per_row": {n: us / rows for n, us in per_request.items()}
             | {"all": total / rows},
-            "inference_wall_us_per_request": inference_us,
-            # CPU minus the wall time of the inference calls (ONNX Runtime's run, and the
-            # session's joining and splitting of rows): what kip costs around them.
+            "inference_wall_us_per_request": inference_ms * 1000 / count,
+            "onnx_runtime_cpu_us_per_request": onnx_us,
+            # CPU minus raw ONNX Runtime's for the same calls: what kip costs around its
+            # run (the session's joining and splitting of rows included).
             "outside_inference_us_per_request": {
-                "worker digits": per_request["worker digits"] - inference_us,
-                "all": total - inference_us},
+                "worker digits": per_request["worker digits"] - onnx_us,
+                "all": total - onnx_us},
             # The worker's main thread: fetching, checking, answering, signing and
             # committing; not the inference thread (ONNX Runtime's run, and joining and
             # splitting rows) nor ONNX Runtime's own threads.
             "worker_event_loop_us_per_request": {"worker digits": loop_us}}
+
+
+def call_sizes(results: list[InferenceResult], rows: int) -> dict[int, int]:
+    """How many inference calls of each size (rows per call) served ``results``, each
+    of ``rows`` rows: a result's ``batch_size`` is its call's rows."""
+    share: dict[int, float] = {}
+    for r in results:
+        share[r.batch_size] = share.get(r.batch_size, 0.0) + rows / r.batch_size
+    return {size: max(1, round(calls)) for size, calls in share.items()}
+
+
+class RawDigits:
+    """The digits model in an ONNX Runtime session of this process, made as a worker
+    makes its own (every core, no spinning): the CPU its run takes for given calls."""
+
+    def __init__(self, stack: DevStack) -> None:
+        session = ModelSession(stack.registry.load_alias("digits"), device="cpu")
+        self.session, self.outputs = session.session, session.output_names
+        self.input = session.session.get_inputs()[0].name
+
+    def cpu_us(self, calls: dict[int, int]) -> float:
+        """CPU µs of ``calls`` (count by rows per call), each size run once first."""
+        spent = 0.0
+        for size, times in calls.items():
+            feed = {self.input: np.random.default_rng(size).random((size, 64), np.float32)}
+            self.session.run(self.outputs, feed)
+            started = time.process_time()
+            for _ in range(times):
+                self.session.run(self.outputs, feed)
+            spent += time.process_time() - started
+        return spent * 1e6
 
 
 def _all_ok(results: list[InferenceResult]) -> None:
@@ -264,12 +300,14 @@ def render(report: dict) -> str:
                        ("b_32_rows", "(b) 32-row requests, all in flight")):
         r = report[key]
         lines.append(f"\n{title}: {r['requests']} requests, {r['requests_per_s']:.0f}/s; "
-                     f"inference wall {r['inference_wall_us_per_request']:.0f} µs/request")
+                     f"inference wall {r['inference_wall_us_per_request']:.0f} µs/request, "
+                     f"raw ONNX Runtime's CPU for the same calls "
+                     f"{r['onnx_runtime_cpu_us_per_request']:.0f} µs/request")
         lines.append(f"  {'process':16} {'CPU µs/request':>15} {'CPU µs/row':>11}")
         for name, us in r["cpu_us_per_request"].items():
             lines.append(f"  {name:16} {us:15.0f} {r['cpu_us_per_row'][name]:11.1f}")
         outside = r["outside_inference_us_per_request"]
-        lines.append(f"  outside the inference calls (CPU minus their wall time): worker "
+        lines.append(f"  outside ONNX Runtime's run (CPU minus raw ONNX Runtime's): worker "
                      f"digits {outside['worker digits']:.0f} µs/request, all "
                      f"{outside['all']:.0f} µs/request, {outside['all'] / r['rows']:.1f} "
                      "µs/row")
