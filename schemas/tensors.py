@@ -158,11 +158,13 @@ class Tensor(BaseModel):
     @classmethod
     def _built(cls, name: str, datatype: str, arr: np.ndarray) -> Tensor:
         """The raw-form tensor of a little-endian contiguous ``arr`` that passes every
-        check, with the array it would decode to already in place."""
+        check, with the array it would decode to already in place: read-only, over the
+        bytes encoded, as a decoded one is (a caller's later change to ``arr`` changes
+        nothing here)."""
+        data = arr.tobytes()
         tensor = cls.model_construct(name=name, datatype=datatype, shape=list(arr.shape),
-                                     data=None,
-                                     raw=base64.b64encode(arr.tobytes()).decode("ascii"))
-        tensor.__dict__["array"] = arr   # what the cached property would decode
+                                     data=None, raw=base64.b64encode(data).decode("ascii"))
+        tensor.__dict__["array"] = np.frombuffer(data, dtype=arr.dtype).reshape(arr.shape)
         return tensor
 
     @classmethod

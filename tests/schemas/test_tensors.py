@@ -58,6 +58,15 @@ def test_an_array_that_fails_a_check_gets_the_validation_error(name, array, mess
         Tensor.from_array(name, array)
 
 
+def test_a_tensor_keeps_the_values_it_was_built_from():
+    source = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for tensor in (Tensor.from_array("x", source), Tensor.of_output("x", source)):
+        source[0, 0] = 99
+        assert tensor.array[0, 0] == 0 and not tensor.array.flags.writeable
+        assert np.array_equal(tensor.array, Tensor.model_validate_json(tensor.model_dump_json()).array)
+        source[0, 0] = 0
+
+
 def test_nan_and_infinity_are_rejected_in_both_forms():
     for value in (float("nan"), float("inf")):
         with pytest.raises(ValidationError, match="NaN or infinity"):
