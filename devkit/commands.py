@@ -78,9 +78,22 @@ def _terminable(run):
     and a kip in sessions of their own; stopped by ``timeout`` or a process manager, it
     unwinds and stops them, where SIGTERM's default would leave them running."""
     def terminable(args) -> int:
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        # Ctrl-C too, even where the shell started it ignored (``cmd &`` in a script):
+        # only then does asyncio.run take it, and SIGTERM with it, as cancelling.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _as_ctrl_c)
         return run(args)
     return terminable
+
+
+def _as_ctrl_c(signum, frame) -> None:
+    """Whatever Ctrl-C does now. Inside ``asyncio.run`` that cancels the main task, so
+    its cleanup runs from an ``await``; raising KeyboardInterrupt there instead could
+    land anywhere, even inside pydantic's serializer, which reports it as an error."""
+    handler = signal.getsignal(signal.SIGINT)
+    if not callable(handler):   # SIGINT ignored or left to the OS: act as Python's own
+        handler = signal.default_int_handler
+    handler(signum, frame)
 
 
 def _kafka(args) -> int:

@@ -14,7 +14,18 @@ from pathlib import Path
 from devkit.broker import LocalBroker, free_port
 
 
-def _children(pid: int) -> list[int]:
+def _stat(pid: int) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command's name: [0] the state, [19] the
+    start time."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:   # gone
+        return []
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    """The children of ``pid``, each as (pid, start time): over a long run the pids wrap
+    (pid_max is 32768 here) and a freed one soon names some other process or thread."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
@@ -23,22 +34,34 @@ def _children(pid: int) -> list[int]:
             continue
         if any(line.split()[1:] == [str(pid)] for line in status.splitlines()
                if line.startswith("PPid:")):
-            found.append(int(entry.name))
+            fields = _stat(int(entry.name))
+            if fields:
+                found.append((int(entry.name), fields[19]))
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+def _alive(child: tuple[int, str]) -> bool:
+    fields = _stat(child[0])
+    return bool(fields) and fields[19] == child[1] and fields[0] != "Z"
 
 
-def _wait_for(condition, timeout_s: float, what: str) -> None:
+def _kill_all(children: list[tuple[int, str]]) -> None:
+    for child in children:
+        if _alive(child):
+            os.kill(child[0], signal.SIGKILL)
+
+
+def _left(children: list[tuple[int, str]], log: Path) -> str:
+    """What a failure needs: who is still alive, and the end of the command's output."""
+    alive = [Path(f"/proc/{pid}/cmdline").read_bytes()[:160].replace(b"\0", b" ").decode()
+             for pid, started in children if _alive((pid, started))]
+    return f"still alive: {alive}; the command printed:\n{log.read_text()[-2000:]}"
+
+
+def _wait_for(condition, timeout_s: float, what: str, explain=lambda: "") -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}. {explain()}"
         time.sleep(0.2)
 
 
@@ -49,19 +72,19 @@ def test_a_benchmark_stopped_with_sigterm_stops_its_broker_and_services(registry
             [sys.executable, "-m", "kip.cli", "bench", "cost", "--warm-up", "0",
              "--requests", "1000000"], stdout=subprocess.DEVNULL, stderr=out,
             env=os.environ | {"KIP_REGISTRY_DIR": str(registry.root)})
-    started: list[int] = []
+    started: list[tuple[int, str]] = []
     try:
         _wait_for(lambda: "(a) " in err.read_text() or bench.poll() is not None, 180,
                   "the benchmark's single-row requests")
         started = _children(bench.pid)   # the broker, the pipeline and the workers
         assert bench.poll() is None and len(started) >= 4, err.read_text()[-2000:]
         bench.send_signal(signal.SIGTERM)
-        assert bench.wait(timeout=90) == 130
-        _wait_for(lambda: not any(_alive(p) for p in started), 30, "its children to stop")
+        assert bench.wait(timeout=90) == 130, err.read_text()[-2000:]
+        _wait_for(lambda: not any(_alive(p) for p in started), 30, "its children to stop",
+                  lambda: _left(started, err))
     finally:   # on a failure, nothing of the benchmark's is left behind
-        for pid in [bench.pid, *started]:
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        bench.kill()
+        _kill_all(started)
         bench.wait()
 
 
@@ -78,19 +101,19 @@ def test_kip_up_stopped_with_sigterm_stops_its_services_and_leaves_the_broker(re
             stdout=out, stderr=subprocess.STDOUT,
             env=os.environ | {"KIP_HOME": str(home), "PYTHONUNBUFFERED": "1"})
     broker = LocalBroker(home / "kafka", port=port)
-    services: list[int] = []
+    services: list[tuple[int, str]] = []
     try:
         _wait_for(lambda: "kip is up" in log.read_text() or up.poll() is not None, 180,
                   "kip up to start")
-        services = [p for p in _children(up.pid) if p != broker.pid()]
+        services = [c for c in _children(up.pid) if c[0] != broker.pid()]
         assert up.poll() is None and len(services) >= 3, log.read_text()[-2000:]
         up.send_signal(signal.SIGTERM)
-        assert up.wait(timeout=60) == 130
-        _wait_for(lambda: not any(_alive(p) for p in services), 30, "its services to stop")
+        assert up.wait(timeout=60) == 130, log.read_text()[-2000:]
+        _wait_for(lambda: not any(_alive(p) for p in services), 30, "its services to stop",
+                  lambda: _left(services, log))
         assert broker.pid() is not None   # `kip kafka stop` stops it, as the README says
     finally:
-        for pid in [up.pid, *services]:
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        up.kill()
+        _kill_all(services)
         up.wait()
         broker.stop()
