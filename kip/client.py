@@ -37,6 +37,7 @@ from schemas.result_signatures import ResultKeys, ResultVerifier, request_sha256
 from schemas.signing import sign
 from schemas.tensors import Tensor
 from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS, KafkaConnection
+from topics.fetch_waits import wait_long_when_whole
 from topics.names import TopicNames
 from topics.reading import assign_all, reached, seek_to_time
 
@@ -103,6 +104,7 @@ class KipClient:
         self._consumer = self.kafka.consumer(   # results come on any partition
             group_id=None, fetch_max_wait_ms=HOT_PATH_FETCH_MAX_WAIT_MS)
         await self._consumer.start()
+        wait_long_when_whole(self._consumer)   # topics/fetch_waits.py
         self.listening_on = self.reply_to or await self._default_reply_topic()
         await self._listen_from_now(self.listening_on)
         self._reader = asyncio.create_task(self._read_results(), name="kip-client-results")

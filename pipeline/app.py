@@ -51,6 +51,7 @@ from schemas.codec import now_ms
 from schemas.errors import Internal
 from schemas.messages import Priority
 from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS
+from topics.fetch_waits import wait_long_when_whole
 from topics.outputs import Record, signed_records
 from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
 
@@ -178,6 +179,12 @@ class FetchWaitConsumerThread(AIOKafkaConsumerThread):
         consumer = super()._create_worker_consumer(transport)
         consumer._fetch_max_wait_ms = HOT_PATH_FETCH_MAX_WAIT_MS   # read by start()
         return consumer
+
+    async def on_start(self) -> None:
+        """Start the consumer; its fetches that leave no partition out wait long
+        (topics/fetch_waits.py)."""
+        await super().on_start()
+        wait_long_when_whole(self._consumer)
 
 
 def _follow(state: PipelineState):

@@ -47,8 +47,10 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
 # leaves out of it the partitions whose fetched records the reader has not taken yet:
 # under load the fetch in flight often covers only idle partitions, and records that
 # arrive on the busy ones wait for it to time out. Those readers fetch with this wait
-# (20 ms cost unloaded interactive p99, 100 ms burst latency; docs/benchmarks.md); an
-# idle one pays a fetch per wait. docs/architecture.md, "One process per class set".
+# (20 ms cost unloaded interactive p99, 100 ms burst latency; docs/benchmarks.md). A
+# fetch that leaves no partition out waits longer (topics/fetch_waits.py), so an idle
+# reader does not pay a fetch every 50 ms. docs/architecture.md, "One process per
+# class set".
 HOT_PATH_FETCH_MAX_WAIT_MS = 50
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]

@@ -34,6 +34,7 @@ from runtime import metrics
 from schemas.messages import AuditRecord, InferenceResult, WorkItem
 from topics.catalogue import MAX_MESSAGE_BYTES
 from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS
+from topics.fetch_waits import wait_long_when_whole
 from topics.names import TopicNames
 from topics.outputs import Output, Sealing, signed_records
 from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
@@ -115,6 +116,12 @@ class Lane:
             for tp, rs in groups.items()))
         _observe([answers[id(r)] for rs, committed in zip(groups.values(), done)
                   if committed for r in rs], self.model)
+
+    async def start(self) -> None:
+        """Start the consumer; its fetches that leave no partition out wait long
+        (topics/fetch_waits.py)."""
+        await self.consumer.start()
+        wait_long_when_whole(self.consumer)
 
     async def settle(self) -> None:
         """Wait for the transactions in flight; raise what they raised (a defect: Kafka

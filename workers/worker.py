@@ -69,7 +69,7 @@ class Worker:
         self.producer = self.settings.kafka.producer(client_id=f"kip-worker-{self.model}")
         await self.producer.start()
         for lane in self.lanes:
-            await lane.consumer.start()
+            await lane.start()
         urgent, background = self.lanes
         prioritizer = Prioritizer(background.consumer, self.topic_class,
                                   self.settings.max_class_wait_ms)
