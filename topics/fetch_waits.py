@@ -28,7 +28,8 @@ def wait_long_when_whole(consumer: AIOKafkaConsumer,
                          idle_ms: int = IDLE_FETCH_MAX_WAIT_MS) -> None:
     """From now on, each fetch of the started ``consumer`` that asks for every partition
     it is assigned on that broker waits up to ``idle_ms``; the others keep the
-    consumer's ``fetch_max_wait_ms``."""
+    consumer's ``fetch_max_wait_ms``, and so does every fetch while a partition has no
+    known leader (once it has one, it may be on a broker with a fetch in flight)."""
     fetcher = consumer._fetcher
     if fetcher is None:
         raise RuntimeError("start the consumer first: its fetcher is made by start()")
@@ -36,8 +37,11 @@ def wait_long_when_whole(consumer: AIOKafkaConsumer,
 
     def actions_per_node(assignment):
         actions = choose(assignment)
+        nodes = [fetcher._select_read_replica(tp) for tp in assignment.tps]
+        if None in nodes or -1 in nodes:   # a partition without a leader is left out
+            return actions
         for node_id, request in actions[0]:
-            if _asked(request) == _assigned_on(fetcher, assignment, node_id):
+            if _asked(request) == nodes.count(node_id):
                 request._max_wait_ms = max(request._max_wait_ms, idle_ms)
         return actions
 
@@ -46,7 +50,3 @@ def wait_long_when_whole(consumer: AIOKafkaConsumer,
 
 def _asked(request) -> int:
     return sum(len(partitions) for _, partitions in request.topics)
-
-
-def _assigned_on(fetcher, assignment, node_id: int) -> int:
-    return sum(1 for tp in assignment.tps if fetcher._select_read_replica(tp) == node_id)
