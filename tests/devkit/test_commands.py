@@ -53,9 +53,15 @@ def _kill_all(children: list[tuple[int, str]]) -> None:
 
 def _left(children: list[tuple[int, str]], log: Path) -> str:
     """What a failure needs: who is still alive, and the end of the command's output."""
-    alive = [Path(f"/proc/{pid}/cmdline").read_bytes()[:160].replace(b"\0", b" ").decode()
-             for pid, started in children if _alive((pid, started))]
+    alive = [_command(pid) for pid, started in children if _alive((pid, started))]
     return f"still alive: {alive}; the command printed:\n{log.read_text()[-2000:]}"
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()[:160].replace(b"\0", b" ").decode()
+    except OSError:   # gone since we looked
+        return f"{pid} (gone)"
 
 
 def _wait_for(condition, timeout_s: float, what: str, explain=lambda: "") -> None:
