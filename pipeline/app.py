@@ -296,8 +296,8 @@ async def publish(transactions: PartitionTransactions, state: PipelineState, eve
     extra = state.changed_levels()
     if entries and extra:
         next(iter(entries.values()))[-1][0].outputs.extend(extra)
-    done = await asyncio.gather(*(transactions.commit(tp, [e for e, _ in pairs])
-                                  for tp, pairs in entries.items()))
+    done = await transactions.commit_each({tp: [e for e, _ in pairs]
+                                           for tp, pairs in entries.items()})
     metrics.count_outcomes("pipeline", [
         (d.audit, d.audit.model_name or state.router.known(d.audit.model))
         for pairs, committed in zip(entries.values(), done) if committed for _, d in pairs])

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -56,8 +56,8 @@ from aiokafka.structs import OffsetAndMetadata
 from topics.clients import KafkaConnection
 from schemas.audit_chain import ChainHead
 from topics.outputs import Chaining, Record
-from topics.txn_steps import (Placement, add_group, add_partitions, broken,
-                              committed_position, placement, retrieve, send_batches,
+from topics.txn_steps import (Placements, add_group, add_partitions, broken, by_partition,
+                              committed_position, placed, retrieve, send_batches,
                               stop_quietly, wait_or_cancel)
 
 log = logging.getLogger("kip.transactions")
@@ -72,7 +72,6 @@ TXN_RETRY_BACKOFF_MS = 10
 KEEP_AFTER_S = 0.002
 KEEP_WHEN_IDLE_S = 0.015
 
-Placements = dict[str, Placement]   # by topic, for one transaction
 # A topic and where in it: a key to place by, a partition, or every partition.
 Destination = tuple[str, bytes | int | str | None]
 ALL_PARTITIONS = "*"
@@ -124,6 +123,7 @@ class PartitionTransactions:
         self._floor: dict[TopicPartition, int] = {}
         self._heads: dict[TopicPartition, ChainHead] = {}
         self._admin: AIOKafkaAdminClient | None = None
+        self._admin_lock = asyncio.Lock()
         self._committing: set[TopicPartition] = set()
         self._beginning: dict[TopicPartition, asyncio.Task] = {}
         self._begun: dict[TopicPartition, Placements] = {}   # placements chosen early
@@ -157,6 +157,16 @@ class PartitionTransactions:
             self._arm(tp, KEEP_AFTER_S, lambda tp: self.begin_early(tp, self._again.pop(tp, [])))
         return done
 
+    async def commit_each(self, entries: dict[TopicPartition, list[Entry]]) -> list[bool]:
+        """``commit`` for each partition's entries, at once; what each returned, in order.
+        A lone partition's commit runs in the caller's task: a task of its own would
+        put a pass of the event loop before its first request (an interactive round's)."""
+        if len(entries) == 1:
+            (tp, batch), = entries.items()
+            return [await self.commit(tp, batch)]
+        return list(await asyncio.gather(*(self.commit(tp, batch)
+                                           for tp, batch in entries.items())))
+
     def _arm(self, tp: TopicPartition, delay_s: float, then: Callable) -> None:
         self._cancel_timer(tp)   # one timer a partition
         self._timers[tp] = asyncio.get_running_loop().call_later(delay_s, then, tp)
@@ -170,7 +180,8 @@ class PartitionTransactions:
             if tp not in self._producers and not self.owned(tp):
                 return False
             try:
-                await asyncio.wait_for(self._attempt(tp, entries), self.timeout_ms / 1000)
+                async with asyncio.timeout(self.timeout_ms / 1000):   # no task of its own
+                    await self._attempt(tp, entries)
                 return True
             except (KafkaError, asyncio.TimeoutError, OSError) as err:
                 fenced = isinstance(err, ProducerFenced)
@@ -228,7 +239,7 @@ class PartitionTransactions:
                                for p in sorted(await producer.partitions_for(topic))]
             else:
                 if not isinstance(where, int):
-                    where = (await self._place(producer, topic, placements))(where)
+                    where = (await placed(producer, topic, placements, self.any_partition))(where)
                 partitions.append(TopicPartition(topic, where))
         await add_partitions(producer, partitions)
 
@@ -262,7 +273,7 @@ class PartitionTransactions:
             await producer.begin_transaction()
         sent: list[asyncio.Future] = []
         try:
-            groups = await self._by_partition(producer, outputs, placements)
+            groups = await by_partition(producer, outputs, placements, self.any_partition)
             if begun:   # a partition it lacks is added before any produce goes: above
                 await add_partitions(producer, [TopicPartition(*g) for g in groups])
             for (topic, partition), batch in groups.items():
@@ -307,34 +318,21 @@ class PartitionTransactions:
             return outputs, None
         return self.chaining.link(self._heads[tp], outputs)
 
-    async def _by_partition(self, producer: AIOKafkaProducer, outputs: list[Record],
-                            placements: Placements) -> dict[tuple[str, int], list[Record]]:
-        """``outputs`` by topic and partition, in order: an explicit partition, else one
-        partition per topic that needs no key placement, else the producer's
-        partitioner over the key (as ``producer.send`` would place it). ``placements``:
-        those the transaction has chosen already."""
-        groups: dict[tuple[str, int], list[Record]] = {}
-        for record in outputs:
-            partition = record.partition
-            if partition is None:
-                place = await self._place(producer, record.topic, placements)
-                partition = place(record.key)
-            groups.setdefault((record.topic, partition), []).append(record)
-        return groups
-
-    async def _place(self, producer: AIOKafkaProducer, topic: str, placements: Placements
-                     ) -> Placement:
-        """The transaction's placement for ``topic``, chosen on first use."""
-        place = placements.get(topic)
-        if place is None:
-            place = placements[topic] = await placement(producer, topic,
-                                                        self.any_partition(topic))
-        return place
-
     async def claim(self, tp: TopicPartition) -> None:
         """Take ``tp`` over now: fence its previous owner (the broker aborts that owner's
         open transaction) before reading state that owner may have been writing."""
         await self._producer(tp)
+
+    async def claim_each(self, tps: Iterable[TopicPartition]) -> None:
+        """``claim`` each of ``tps`` at once (a new assignment); one that fails is left
+        to its first commit, which builds its producer again."""
+        tps = list(tps)
+        outcomes = await asyncio.gather(*(self.claim(tp) for tp in tps),
+                                        return_exceptions=True)
+        for tp, outcome in zip(tps, outcomes):
+            if isinstance(outcome, Exception):
+                log.warning("claiming %s on assignment failed (%r); its first commit "
+                            "tries again", tp, outcome)
 
     async def _producer(self, tp: TopicPartition) -> AIOKafkaProducer:
         """The partition's producer; a new one fences older owners and reads the floor."""
@@ -365,9 +363,11 @@ class PartitionTransactions:
     async def _position(self, tp: TopicPartition) -> OffsetAndMetadata:
         """The group's committed offset for ``tp`` (0 when it has none), and the
         metadata committed with it (the audit chain's head)."""
-        if self._admin is None:
-            self._admin = self.kafka.admin()
-            await self._admin.start()
+        async with self._admin_lock:   # partitions claimed at once start one client
+            if self._admin is None:
+                admin = self.kafka.admin()
+                await admin.start()
+                self._admin = admin
         return await committed_position(self._admin, self.group_id, tp)
 
     async def release(self, tp: TopicPartition) -> None:

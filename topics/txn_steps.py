@@ -32,6 +32,7 @@ ADDED_POLL_S = 0.0002
 CONCURRENT_RETRY_S = 0.001   # the first retry of CONCURRENT_TRANSACTIONS; doubled after
 
 Placement = Callable[[bytes | None], int]   # a record's key -> its partition
+Placements = dict[str, Placement]   # by topic, for one transaction
 
 
 async def placement(producer: AIOKafkaProducer, topic: str, anywhere: bool) -> Placement:
@@ -45,6 +46,33 @@ async def placement(producer: AIOKafkaProducer, topic: str, anywhere: bool) -> P
     available = list(producer.client.cluster.available_partitions_for_topic(topic) or ())
     return lambda key: (producer._partitioner(None, partitions, available) if key is None
                         else key_partition(key, partitions))
+
+
+async def placed(producer: AIOKafkaProducer, topic: str, placements: Placements,
+                 anywhere: Callable[[str], bool]) -> Placement:
+    """The transaction's placement for ``topic``, chosen on first use (``anywhere``:
+    which topics need no key placement)."""
+    place = placements.get(topic)
+    if place is None:
+        place = placements[topic] = await placement(producer, topic, anywhere(topic))
+    return place
+
+
+async def by_partition(producer: AIOKafkaProducer, outputs: list[Record],
+                       placements: Placements, anywhere: Callable[[str], bool]
+                       ) -> dict[tuple[str, int], list[Record]]:
+    """``outputs`` by topic and partition, in order: an explicit partition, else one
+    partition per topic that needs no key placement, else the producer's partitioner
+    over the key (as ``producer.send`` would place it). ``placements``: those the
+    transaction has chosen already."""
+    groups: dict[tuple[str, int], list[Record]] = {}
+    for record in outputs:
+        partition = record.partition
+        if partition is None:
+            place = await placed(producer, record.topic, placements, anywhere)
+            partition = place(record.key)
+        groups.setdefault((record.topic, partition), []).append(record)
+    return groups
 
 
 async def add_group(producer: AIOKafkaProducer, group_id: str) -> None:

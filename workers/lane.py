@@ -111,9 +111,8 @@ class Lane:
         groups = group_by(batch, lambda r: TopicPartition(r.topic, r.partition))
         signed = dict(zip(map(id, batch), signed_records([answers[id(r)] for r in batch],
                                                          self.sealing)))
-        done = await asyncio.gather(*(
-            self.transactions.commit(tp, [Entry(r.offset, signed[id(r)]) for r in rs])
-            for tp, rs in groups.items()))
+        done = await self.transactions.commit_each(
+            {tp: [Entry(r.offset, signed[id(r)]) for r in rs] for tp, rs in groups.items()})
         _observe([answers[id(r)] for rs, committed in zip(groups.values(), done)
                   if committed for r in rs], self.model)
 
@@ -173,7 +172,8 @@ def open_lane(settings: WorkerSettings, model: str, name: str, topics: list[str]
 
 
 class _Revocations(ConsumerRebalanceListener):
-    """Finish the batch in flight, then drop the revoked partitions' producers."""
+    """Finish the batch in flight, then drop the revoked partitions' producers; build
+    the assigned partitions' producers before their first records are fetched."""
 
     def __init__(self, lane: Lane) -> None:
         self.lane = lane
@@ -187,7 +187,10 @@ class _Revocations(ConsumerRebalanceListener):
                 await self.lane.transactions.release(tp)
 
     async def on_partitions_assigned(self, assigned) -> None:
-        pass
+        """Each producer fences the partition's previous owner and reads its floor
+        now, while nothing of it is fetched: the first request on a partition does not
+        wait for those round trips (a few to tens of ms each) before its commit."""
+        await self.lane.transactions.claim_each(assigned)
 
 
 def _observe(answers: list[list[Output]], model: str) -> None:
