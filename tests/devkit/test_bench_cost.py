@@ -44,6 +44,22 @@ def test_call_sizes_count_each_call_once_from_its_results_shares():
     assert bench_cost.call_sizes([Result(batch_size=64)] * 4, 32) == {64: 2}
 
 
+def test_the_floors_produce_retries_are_counted_and_not_printed(caplog):
+    """aiokafka's sender warns once per retried produce: the floor's hops take some
+    (devkit/floors.py), counted for the report instead of printed mid-run."""
+    import logging
+    sender = logging.getLogger(floors.ProduceRetries.LOGGER)
+    caplog.set_level(logging.WARNING, logger=floors.ProduceRetries.LOGGER)
+    with floors.ProduceRetries() as retries:
+        sender.warning("Got error produce response on %s, retrying. Error: %s", "tp", "NER")
+        sender.warning("Got error produce response on %s, retrying. Error: %s", "tp", "NER")
+        sender.warning("something else")
+    sender.warning("Got error produce response on %s, retrying. Error: %s", "tp", "after")
+    assert retries.count == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "something else", "Got error produce response on tp, retrying. Error: after"]
+
+
 def test_a_small_cost_run_reports_every_process_stage_and_floor(registry, capsys):
     args = argparse.Namespace(requests=40, batched=10, sequential=10, floor_events=300, warm_up=20,
                               registry=registry.root, json=True, bus="plaintext")
@@ -66,6 +82,8 @@ def test_a_small_cost_run_reports_every_process_stage_and_floor(registry, capsys
     assert all(v["p50_ms"] >= 0 for v in stages.values())
     d = report["d_floors"]
     assert d["two_hop_round_trip"]["p50_ms"] > 0 and d["faust_consume_cpu_us_per_event"] > 0
+    assert d["two_hop_round_trip"]["trips"] == args.sequential
+    assert d["two_hop_round_trip"]["produce_retries"] >= 0
     assert "floor p50" in bench_cost.render(report)
     assert floors.FAUST_TAKE == 500
 
