@@ -49,15 +49,13 @@ from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError, ProducerFenced
-from aiokafka.structs import OffsetAndMetadata
 
 from topics.clients import KafkaConnection
 from schemas.audit_chain import ChainHead
 from topics.outputs import Chaining, Record
-from topics.txn_steps import (Placements, add_group, add_partitions, broken, by_partition,
-                              committed_position, placed, retrieve, send_batches,
+from topics.txn_steps import (CommittedOffsets, Placements, add_group, add_partitions,
+                              broken, by_partition, placed, retrieve, send_batches,
                               stop_quietly, wait_or_cancel)
 
 log = logging.getLogger("kip.transactions")
@@ -122,8 +120,8 @@ class PartitionTransactions:
         self._producers: dict[TopicPartition, AIOKafkaProducer] = {}
         self._floor: dict[TopicPartition, int] = {}
         self._heads: dict[TopicPartition, ChainHead] = {}
-        self._admin: AIOKafkaAdminClient | None = None
-        self._admin_lock = asyncio.Lock()
+        self._offsets = CommittedOffsets(kafka, group_id)
+        self._starting: dict[TopicPartition, asyncio.Task] = {}   # producers being built
         self._committing: set[TopicPartition] = set()
         self._beginning: dict[TopicPartition, asyncio.Task] = {}
         self._begun: dict[TopicPartition, Placements] = {}   # placements chosen early
@@ -329,23 +327,30 @@ class PartitionTransactions:
         tps = list(tps)
         outcomes = await asyncio.gather(*(self.claim(tp) for tp in tps),
                                         return_exceptions=True)
-        for tp, outcome in zip(tps, outcomes):
-            if isinstance(outcome, Exception):
-                log.warning("claiming %s on assignment failed (%r); its first commit "
-                            "tries again", tp, outcome)
+        for tp, failed in zip(tps, outcomes):
+            if isinstance(failed, Exception):   # its first commit tries again
+                log.warning("claiming %s on assignment failed: %r", tp, failed)
 
     async def _producer(self, tp: TopicPartition) -> AIOKafkaProducer:
-        """The partition's producer; a new one fences older owners and reads the floor."""
+        """The partition's producer; a new one fences older owners and reads the floor.
+        One at a time: a claim and a commit asking at once would fence each other."""
         producer = self._producers.get(tp)
         if producer is not None:
             return producer
+        starting = self._starting.get(tp)
+        if starting is None:
+            starting = self._starting[tp] = asyncio.create_task(self._start_producer(tp))
+            starting.add_done_callback(retrieve)   # its callers may be gone
+        return await asyncio.shield(starting)
+
+    async def _start_producer(self, tp: TopicPartition) -> AIOKafkaProducer:
         producer = self.kafka.producer(
             transactional_id=self.transactional_id(tp), transaction_timeout_ms=self.timeout_ms,
             client_id=self.transactional_id(tp), retry_backoff_ms=TXN_RETRY_BACKOFF_MS)
         try:
             await producer.start()
             await producer._txn_manager.wait_for_pid()   # InitProducerId: the fence
-            position = await self._position(tp)
+            position = await self._offsets.position(tp)
             self._floor[tp] = position.offset
             if self.chaining is not None:
                 self._heads[tp] = ChainHead.from_metadata(position.metadata,
@@ -353,22 +358,15 @@ class PartitionTransactions:
         except BaseException:
             await stop_quietly(producer)
             raise
+        finally:
+            if self._starting.get(tp) is asyncio.current_task():
+                del self._starting[tp]
         self._producers[tp] = producer
         return producer
 
     async def committed(self, tp: TopicPartition) -> int:
         """The group's committed offset for ``tp`` (0 when it has none)."""
-        return (await self._position(tp)).offset
-
-    async def _position(self, tp: TopicPartition) -> OffsetAndMetadata:
-        """The group's committed offset for ``tp`` (0 when it has none), and the
-        metadata committed with it (the audit chain's head)."""
-        async with self._admin_lock:   # partitions claimed at once start one client
-            if self._admin is None:
-                admin = self.kafka.admin()
-                await admin.start()
-                self._admin = admin
-        return await committed_position(self._admin, self.group_id, tp)
+        return (await self._offsets.position(tp)).offset
 
     async def release(self, tp: TopicPartition) -> None:
         """Drop the partition's producer (revoked, fenced or broken)."""
@@ -376,6 +374,9 @@ class PartitionTransactions:
         if beginning is not None and beginning is not asyncio.current_task():
             beginning.cancel()
             await asyncio.gather(beginning, return_exceptions=True)
+        starting = self._starting.pop(tp, None)
+        if starting is not None:   # not cancelled: a commit may be waiting for it too
+            await asyncio.gather(starting, return_exceptions=True)
         producer = self._producers.pop(tp, None)
         self._floor.pop(tp, None)
         self._heads.pop(tp, None)
@@ -386,11 +387,9 @@ class PartitionTransactions:
             await stop_quietly(producer)
 
     async def close(self) -> None:
-        for tp in list(self._producers):
+        for tp in {*self._producers, *self._starting}:
             await self.release(tp)
-        if self._admin is not None:
-            admin, self._admin = self._admin, None
-            await admin.close()
+        await self._offsets.close()
 
     async def __aenter__(self) -> PartitionTransactions:
         return self

@@ -21,6 +21,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.producer.sender import AddOffsetsToTxnHandler
 from aiokafka.structs import OffsetAndMetadata
 
+from topics.clients import KafkaConnection
 from topics.outputs import Record
 from topics.partitioning import key_partition
 
@@ -125,6 +126,29 @@ def broken(producer: AIOKafkaProducer, when: str) -> KafkaError:
     cause = ended.exception() if ended.done() and not ended.cancelled() else None
     return cause if isinstance(cause, KafkaError) else KafkaError(
         f"the transaction broke off {when}: {cause!r}")
+
+
+class CommittedOffsets:
+    """A group's committed offsets and their metadata, read through one admin client
+    that starts on first use; callers at once (partitions claimed together) share it."""
+
+    def __init__(self, kafka: KafkaConnection, group_id: str) -> None:
+        self.kafka, self.group_id = kafka, group_id
+        self._admin: AIOKafkaAdminClient | None = None
+        self._starting = asyncio.Lock()
+
+    async def position(self, tp: TopicPartition) -> OffsetAndMetadata:
+        """The committed offset for ``tp`` (0 when it has none) and its metadata."""
+        async with self._starting:
+            if self._admin is None:
+                self._admin = self.kafka.admin()   # before it starts: ``close`` sees it
+                await self._admin.start()
+        return await committed_position(self._admin, self.group_id, tp)
+
+    async def close(self) -> None:
+        if self._admin is not None:
+            admin, self._admin = self._admin, None
+            await admin.close()
 
 
 async def committed_position(admin: AIOKafkaAdminClient, group_id: str, tp: TopicPartition

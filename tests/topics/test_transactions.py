@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager, contextmanager
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import GroupCoordinatorNotAvailableError
 
 from tests.e2e.conftest import read_topic
 from topics.clients import KafkaConnection
@@ -49,6 +50,16 @@ async def _committed(tx: PartitionTransactions, tp: TopicPartition, expected: in
             break
         await asyncio.sleep(0.1)
     return found
+
+
+async def _group_known(tx: PartitionTransactions, tp: TopicPartition) -> None:
+    """Once the broker has a coordinator for the group (a new group has none at first)."""
+    for _ in range(100):
+        try:
+            await tx.committed(tp)
+            return
+        except GroupCoordinatorNotAvailableError:
+            await asyncio.sleep(0.1)
 
 
 async def _values(bootstrap: str, topic: str) -> list[bytes]:
@@ -249,6 +260,31 @@ def test_a_transaction_begun_early_that_times_out_costs_its_commit_one_retry(bro
             assert await tx.commit(tp, _entries(out, range(3, 6)))
             assert await _committed(tx, tp, 6) == 6
         assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(6)]
+    asyncio.run(scenario())
+
+
+def test_a_claim_and_a_commit_at_once_build_one_producer(broker, prefix):
+    """A worker lane claims its partitions on assignment while its fetcher may already
+    hand it their records: a commit that asks for the producer meanwhile waits for the
+    one being built. Two would fence each other, and one would be left unclosed."""
+    async def scenario():
+        inp, out = await _topics(broker.bootstrap, prefix)
+        tp = TopicPartition(inp, 0)
+        async with PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as tx:
+            await _group_known(tx, tp)   # as for a lane: assigned, so its group exists
+            built, build = [], tx._start_producer
+
+            async def counted(tp):
+                built.append(tp)
+                return await build(tp)
+            tx._start_producer = counted
+            claim = asyncio.create_task(tx.claim(tp))
+            await asyncio.sleep(0)   # the claim has begun building
+            assert await tx.commit(tp, _entries(out, range(3)))
+            await claim
+            assert built == [tp]
+            assert await _committed(tx, tp, 3) == 3
+        assert await _values(broker.bootstrap, out) == [b"v0", b"v1", b"v2"]
     asyncio.run(scenario())
 
 
