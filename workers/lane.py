@@ -173,7 +173,7 @@ def open_lane(settings: WorkerSettings, model: str, name: str, topics: list[str]
 
 class _Revocations(ConsumerRebalanceListener):
     """Finish the batch in flight, then drop the revoked partitions' producers; build
-    the assigned partitions' producers before their first records are fetched."""
+    the assigned partitions' producers as soon as they are assigned."""
 
     def __init__(self, lane: Lane) -> None:
         self.lane = lane
@@ -188,8 +188,9 @@ class _Revocations(ConsumerRebalanceListener):
 
     async def on_partitions_assigned(self, assigned) -> None:
         """Each producer fences the partition's previous owner and reads its floor
-        now, while nothing of it is fetched: the first request on a partition does not
-        wait for those round trips (a few to tens of ms each) before its commit."""
+        now, so the first request on a partition does not wait for those round trips
+        (a few to tens of ms each). aiokafka may fetch meanwhile: a commit that needs
+        a producer still being built waits for it (``PartitionTransactions``)."""
         await self.lane.transactions.claim_each(assigned)
 
 
