@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import collections
 from collections.abc import Iterable
 
@@ -73,14 +74,27 @@ def count_model_refused(stage: str, model: str, err) -> None:
 def observe_latencies(results: list[InferenceResult], model: str) -> None:
     """End-to-end, queue and batch-wait latency of terminal results of ``model``. Each
     label set is looked up once per call, not once per result (a worker batch's results
-    have one or two classes)."""
+    have one or two classes), and takes its observations together (``observe_all``)."""
     for priority in {r.priority for r in results}:
         labels = (priority or "", model)
-        end_to_end, queue, batch_wait = (LATENCY.labels(kind, *labels) for kind in
-                                         ("end_to_end", "queue", "batch_wait"))
-        for t in (r.timings for r in results if r.priority == priority):
-            end_to_end.observe(t.total_ms / 1000)
-            if t.queue_ms is not None:
-                queue.observe(t.queue_ms / 1000)
-            if t.batch_wait_ms is not None:
-                batch_wait.observe(t.batch_wait_ms / 1000)
+        timings = [r.timings for r in results if r.priority == priority]
+        observe_all(LATENCY.labels("end_to_end", *labels), [t.total_ms / 1000 for t in timings])
+        observe_all(LATENCY.labels("queue", *labels),
+                    [t.queue_ms / 1000 for t in timings if t.queue_ms is not None])
+        observe_all(LATENCY.labels("batch_wait", *labels),
+                    [t.batch_wait_ms / 1000 for t in timings if t.batch_wait_ms is not None])
+
+
+def observe_all(histogram: Histogram, amounts: list[float]) -> None:
+    """``histogram.observe`` of each amount, with one update per bucket they fall in: a
+    worker batch's hundreds of latencies land in a few buckets, and ``observe`` locks
+    and updates the sum and a bucket for each (~1.5 µs). It reads the histogram's bucket
+    bounds and values, which prometheus-client keeps private:
+    tests/runtime/test_metrics.py checks it against ``observe``."""
+    if not amounts:
+        return
+    bounds, buckets = histogram._upper_bounds, histogram._buckets
+    for index, count in collections.Counter(
+            bisect.bisect_left(bounds, amount) for amount in amounts).items():
+        buckets[index].inc(count)   # the first bucket whose bound is >= the amount
+    histogram._sum.inc(sum(amounts))

@@ -11,6 +11,7 @@ from schemas.deadletter import dead_letter, fallback_request_id, hints
 from schemas.errors import DeadlineExceeded, KipError
 from schemas.messages import (AuditRecord, DeadLetterRecord, ErrorInfo, InferenceRequest,
                               InferenceResult, Route, Status, Timings)
+from schemas.trusted import built
 
 Stage = str   # "pipeline" or "worker" (AuditRecord.stage)
 
@@ -51,8 +52,10 @@ def audit_record(request: InferenceRequest, *, stage: Stage, decision: str, fina
                  code: str | None = None, reason: str | None = None,
                  request_sha256: str | None = None, timings: Timings | None = None
                  ) -> AuditRecord:
-    """The audit record of one decision about a decoded request."""
-    return AuditRecord(
+    """The audit record of one decision about a decoded request: ``built``
+    (schemas/trusted.py), as every field comes from the request, its route (both
+    validated) or the stage itself."""
+    return built(AuditRecord, dict(
         request_id=request.request_id, stage=stage, decision=decision, final=final,
         tenant=request.tenant, key_id=request.key_id, priority=request.priority,
         model=request.model, model_name=route and route.model_name,
@@ -61,7 +64,7 @@ def audit_record(request: InferenceRequest, *, stage: Stage, decision: str, fina
         fallback_from=route and route.fallback_from,
         route_revision=route and route.revision, error_code=code,
         reason=reason and reason[:500], request_sha256=request_sha256, timings=timings,
-        payload_bytes=payload_bytes, traceparent=request.traceparent, at_ms=at_ms)
+        payload_bytes=payload_bytes, traceparent=request.traceparent, at_ms=at_ms))
 
 
 def undecodable(payload: bytes, origin: Coordinates, err: KipError, *, stage: Stage,

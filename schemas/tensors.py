@@ -23,6 +23,8 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from schemas.trusted import built
+
 Datatype = Literal["BOOL", "UINT8", "INT8", "INT16", "INT32", "INT64",
                    "FP16", "FP32", "FP64", "BYTES"]
 
@@ -58,7 +60,9 @@ class Tensor(BaseModel):
     def _check(self) -> Tensor:
         if (self.data is None) == (self.raw is None):
             raise ValueError("a tensor carries exactly one of 'data' or 'raw'")
-        self.array  # noqa: B018 - decoding is the validation
+        # Decoding is the validation. Stored straight into the instance, as ``array``'s
+        # cache would be: Python 3.11's cached_property takes a lock on every first read.
+        self.__dict__["array"] = self._decoded()
         return self
 
     def __eq__(self, other: object) -> bool:
@@ -77,6 +81,9 @@ class Tensor(BaseModel):
     @cached_property
     def array(self) -> np.ndarray:
         """The tensor as a numpy array of its shape (object array of str for BYTES)."""
+        return self._decoded()
+
+    def _decoded(self) -> np.ndarray:
         if self.datatype == "BYTES":
             return self._bytes_array()
         dtype = NUMPY_DTYPES[self.datatype]
@@ -105,13 +112,16 @@ class Tensor(BaseModel):
         """sha256 over name, datatype, shape and the element bytes (see docs/protocol.md).
 
         Independent of the JSON spelling of numbers, so a producer in any language
-        can compute it from the values it sends. Computed once per tensor: the pipeline
-        needs it to authenticate a request and again to stamp its work item.
+        can compute it from the values it sends. Computed once per tensor and kept in
+        the instance (cached_property would take its lock): the pipeline needs it to
+        authenticate a request and again to stamp its work item.
         """
-        return self.content_digest
+        found = self.__dict__.get("_content_digest")
+        if found is None:
+            found = self.__dict__["_content_digest"] = self._content_digest()
+        return found
 
-    @cached_property
-    def content_digest(self) -> bytes:
+    def _content_digest(self) -> bytes:
         h = hashlib.sha256()
         h.update(f"{self.name}\n{self.datatype}\n{','.join(map(str, self.shape))}\n".encode())
         if self.datatype == "BYTES":
@@ -162,8 +172,8 @@ class Tensor(BaseModel):
         bytes encoded, as a decoded one is (a caller's later change to ``arr`` changes
         nothing here)."""
         data = arr.tobytes()
-        tensor = cls.model_construct(name=name, datatype=datatype, shape=list(arr.shape),
-                                     data=None, raw=base64.b64encode(data).decode("ascii"))
+        tensor = built(cls, {"name": name, "datatype": datatype, "shape": list(arr.shape),
+                             "raw": base64.b64encode(data).decode("ascii")})
         tensor.__dict__["array"] = np.frombuffer(data, dtype=arr.dtype).reshape(arr.shape)
         return tensor
 

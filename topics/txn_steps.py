@@ -69,8 +69,9 @@ async def by_partition(producer: AIOKafkaProducer, outputs: list[Record],
     groups: dict[tuple[str, int], list[Record]] = {}
     for record in outputs:
         partition = record.partition
-        if partition is None:
-            place = await placed(producer, record.topic, placements, anywhere)
+        if partition is None:   # looked up here: a coroutine per record costs more
+            place = placements.get(record.topic) or await placed(
+                producer, record.topic, placements, anywhere)
             partition = place(record.key)
         groups.setdefault((record.topic, partition), []).append(record)
     return groups

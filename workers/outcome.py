@@ -14,6 +14,7 @@ from schemas.messages import AuditRecord, InferenceResult, Status, Timings, Work
 from schemas.outcomes import Coordinates, audit_record, error_info, status_of
 from schemas.outcomes import undecodable as undecodable_ending
 from schemas.tensors import Tensor
+from schemas.trusted import built
 from topics.names import TopicNames
 from topics.outputs import Output, ending
 
@@ -34,10 +35,12 @@ def terminal(item: WorkItem, stamps: Stamps, now_ms: int, outputs: list[Tensor] 
              error: KipError | None = None, trusted: bool = True
              ) -> tuple[InferenceResult, AuditRecord]:
     """Result and final audit record. A result names the request digest only for a
-    ``trusted`` (stamped) item: any other answers no request a client sent."""
+    ``trusted`` (stamped) item: any other answers no request a client sent. Both are
+    ``built`` (schemas/trusted.py): every field comes from the decoded work item, the
+    worker's clocks, or outputs the session checked."""
     request, route = item.request, item.route
     status = status_of(error, Status.FAILED)
-    result = InferenceResult(
+    result = built(InferenceResult, dict(
         request_id=request.request_id,
         request_sha256=item.request_sha256 if trusted else None,
         tenant=request.tenant, priority=request.priority,
@@ -46,7 +49,7 @@ def terminal(item: WorkItem, stamps: Stamps, now_ms: int, outputs: list[Tensor] 
         artifact_sha256=route.artifact_sha256, fallback_from=route.fallback_from,
         outputs=outputs or [],
         timings=_timings(item, stamps, now_ms), batch_size=stamps.batch_size,
-        traceparent=request.traceparent, produced_at_ms=now_ms)
+        traceparent=request.traceparent, produced_at_ms=now_ms))
     audit = audit_record(request, stage=STAGE, decision=status.value, final=True,
                          at_ms=now_ms, payload_bytes=0, route=route,
                          code=error and error.code, reason=error and error.message,
@@ -56,14 +59,14 @@ def terminal(item: WorkItem, stamps: Stamps, now_ms: int, outputs: list[Tensor] 
 
 def _timings(item: WorkItem, s: Stamps, now_ms: int) -> Timings:
     started = s.started_ms
-    return Timings(
+    return built(Timings, dict(
         admission_ms=float(max(0, item.routed_at_ms - item.request.issued_at_ms)),
         queue_ms=max(0.0, s.pulled_ms - item.routed_at_ms),
         batch_wait_ms=None if started is None else max(0.0, started - s.pulled_ms),
         inference_ms=None if started is None or s.finished_ms is None
         else s.finished_ms - started,
         total_ms=float(max(0, now_ms - item.request.issued_at_ms)),
-        inference_started_at_ms=started)
+        inference_started_at_ms=started))
 
 
 def terminal_outputs(item: WorkItem, stamps: Stamps, names: TopicNames,

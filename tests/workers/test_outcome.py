@@ -2,8 +2,9 @@ import numpy as np
 from aiokafka.structs import ConsumerRecord
 
 from schemas import DeadlineExceeded, InferenceFailed, InvalidRequest, Status
-from schemas.codec import encode
+from schemas.codec import decode, encode
 from schemas.messages import Route, WorkItem
+from schemas.tensors import Tensor
 from tests.pipeline.conftest import NOW_MS, signer
 from topics.names import TopicNames
 from topics.outputs import key_of
@@ -81,3 +82,15 @@ def test_undecodable_work_item_keeps_the_request_id_it_can_read():
     assert [o.topic for o in outputs] == ["t.results", "t.audit", "t.deadletter"]
     assert {o.message.request_id for o in outputs} == {"r-1"}
     assert outputs[2].message.origin_offset == 41
+
+
+def test_terminal_messages_encode_as_their_validated_selves():
+    """``terminal`` builds its messages unvalidated (schemas/trusted.py): each must be
+    valid, and the message validation makes of its own bytes."""
+    stamps = Stamps(pulled_ms=NOW_MS + 15, started_ms=NOW_MS + 20, finished_ms=NOW_MS + 23,
+                    batch_size=4)
+    out = [Tensor.of_output("label", np.arange(3))]
+    for outputs, error in ((out, None), (None, InferenceFailed("nan"))):
+        for message in terminal(_item(), stamps, NOW_MS + 30, outputs, error):
+            assert encode(decode(type(message), encode(message))) == encode(message)
+            assert decode(type(message), encode(message)) == message
