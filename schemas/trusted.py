@@ -21,8 +21,7 @@ from pydantic import BaseModel
 
 M = TypeVar("M", bound=BaseModel)
 
-_REQUIRED = object()   # a field that has no default: the caller must give it
-_templates: dict[type[BaseModel], dict] = {}
+_templates: dict[type[BaseModel], tuple[dict, frozenset[str]]] = {}
 _set = object.__setattr__
 
 
@@ -30,13 +29,13 @@ def built(cls: type[M], fields: dict) -> M:
     """A ``cls`` of ``fields`` (and the defaults of the others), not validated. A field
     with a default factory (a list) counts as required: one shared default list would
     be every message's."""
-    template = _templates.get(cls) or _template(cls)
+    template, required = _templates.get(cls) or _template(cls)
     values = template.copy()
     values.update(fields)   # keeps the declared order: every key is in the template
-    if len(values) != len(template) or _REQUIRED in values.values():
+    if len(values) != len(template) or not fields.keys() >= required:
         raise TypeError(f"{cls.__name__}: fields {sorted(set(fields) - set(template))} are "
-                        f"not its own, or {sorted(set(template) - set(fields))} lack some "
-                        "it requires")
+                        f"not its own, or {sorted(required - set(fields))} lack, which it "
+                        "requires")
     message = cls.__new__(cls)
     _set(message, "__dict__", values)
     _set(message, "__pydantic_fields_set__", set(fields))
@@ -45,10 +44,14 @@ def built(cls: type[M], fields: dict) -> M:
     return message
 
 
-def _template(cls: type[BaseModel]) -> dict:
+def _template(cls: type[BaseModel]) -> tuple[dict, frozenset[str]]:
+    """The defaults of ``cls``'s fields, in declared order (None for a required one),
+    and the names of the required ones."""
     if cls.__pydantic_post_init__ or cls.model_config.get("extra") == "allow":
         raise TypeError(f"{cls.__name__} needs pydantic's own construction")
-    template = {name: _REQUIRED if field.is_required() or field.default_factory is not None
-                else field.default for name, field in cls.model_fields.items()}
-    _templates[cls] = template
-    return template
+    required = frozenset(name for name, field in cls.model_fields.items()
+                         if field.is_required() or field.default_factory is not None)
+    template = {name: None if name in required else field.default
+                for name, field in cls.model_fields.items()}
+    _templates[cls] = template, required
+    return template, required

@@ -114,5 +114,9 @@ def undecodable(record: ConsumerRecord, err: KipError, names: TopicNames) -> lis
 
 
 def ran_inference(outputs: list[Output]) -> bool:
-    return any(isinstance(o.message, InferenceResult) and o.message.timings.inference_ms
-               is not None for o in outputs)
+    """Whether the result among ``outputs`` says its inference ran (a loop, not ``any``
+    over a generator: it runs for every request)."""
+    for output in outputs:
+        if isinstance(output.message, InferenceResult):
+            return output.message.timings.inference_ms is not None
+    return False

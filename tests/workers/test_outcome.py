@@ -8,8 +8,8 @@ from schemas.tensors import Tensor
 from tests.pipeline.conftest import NOW_MS, signer
 from topics.names import TopicNames
 from topics.outputs import key_of
-from workers.outcome import (Stamps, destinations, poisoned, terminal, terminal_outputs,
-                             undecodable)
+from workers.outcome import (Stamps, destinations, poisoned, ran_inference, terminal,
+                             terminal_outputs, undecodable)
 
 NAMES = TopicNames("t")
 
@@ -94,3 +94,11 @@ def test_terminal_messages_encode_as_their_validated_selves():
         for message in terminal(_item(), stamps, NOW_MS + 30, outputs, error):
             assert encode(decode(type(message), encode(message))) == encode(message)
             assert decode(type(message), encode(message)) == message
+
+
+def test_only_a_result_whose_inference_ran_counts_as_inferred():
+    ran = Stamps(pulled_ms=NOW_MS, started_ms=NOW_MS + 1, finished_ms=NOW_MS + 2, batch_size=1)
+    assert ran_inference(terminal_outputs(_item(), ran, NAMES, outputs=[]))
+    assert not ran_inference(terminal_outputs(_item(), Stamps(NOW_MS), NAMES,
+                                              error=DeadlineExceeded("late")))
+    assert not ran_inference(undecodable(_record(b"{"), InvalidRequest("bad"), NAMES))
