@@ -166,6 +166,27 @@ class Tensor(BaseModel):
         return cls._built(name, datatype, arr)
 
     @classmethod
+    def of_outputs(cls, name: str, array: np.ndarray, bounds: list[int]) -> list[Tensor]:
+        """``of_output`` of each request's rows, ``array[bounds[i]:bounds[i + 1]]``, of a
+        batch's output: the array made little-endian and copied out once, each request's
+        bytes a slice of that copy, and its array a read-only view of it."""
+        arr = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+        datatype = _DATATYPE_OF_KIND.get(arr.dtype.str)
+        if datatype is None or array.dtype.kind in "OUS" or arr.ndim == 0:
+            return [cls.of_output(name, array[a:b]) for a, b in zip(bounds, bounds[1:])]
+        data = arr.tobytes()
+        decoded = np.frombuffer(data, dtype=arr.dtype).reshape(arr.shape)
+        row_bytes, rest = arr.itemsize * math.prod(arr.shape[1:]), list(arr.shape[1:])
+        tensors = []
+        for a, b in zip(bounds, bounds[1:]):
+            raw = binascii.b2a_base64(data[a * row_bytes:b * row_bytes], newline=False)
+            tensor = built(cls, {"name": name, "datatype": datatype, "shape": [b - a, *rest],
+                                 "raw": raw.decode("ascii")})
+            tensor.__dict__["array"] = decoded[a:b]
+            tensors.append(tensor)
+        return tensors
+
+    @classmethod
     def _built(cls, name: str, datatype: str, arr: np.ndarray) -> Tensor:
         """The raw-form tensor of a little-endian contiguous ``arr`` that passes every
         check, with the array it would decode to already in place: read-only, over the

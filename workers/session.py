@@ -19,6 +19,7 @@ CPU → GPU → CPU on every call, is not measured yet (docs/architecture.md).
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,10 +149,10 @@ class ModelSession:
     def execute(self, prepared: Prepared) -> list[list[Tensor]]:
         """Run what ``prepare`` made: outputs per request, in order."""
         outputs = self._infer(prepared)
-        bounds = np.cumsum([0, *prepared.rows])
-        return [[Tensor.of_output(name, out[bounds[i]:bounds[i + 1]])
-                 for name, out in zip(self.output_names, outputs)]
-                for i in range(len(prepared.rows))]
+        bounds = [0, *itertools.accumulate(prepared.rows)]
+        by_output = [Tensor.of_outputs(name, out, bounds)
+                     for name, out in zip(self.output_names, outputs)]
+        return [list(tensors) for tensors in zip(*by_output)]
 
     def _infer(self, prepared: Prepared) -> list[np.ndarray]:
         """The outputs for every row, concatenated, checked: text in length buckets."""

@@ -89,3 +89,18 @@ def test_an_output_tensor_is_the_same_as_one_built_from_its_array(array):
 
 def encode_json(tensor: Tensor) -> bytes:
     return orjson.dumps(tensor.model_dump(mode="json", exclude_none=True))
+
+
+@pytest.mark.parametrize("array", [np.arange(12, dtype=np.float32).reshape(6, 2),
+                                   np.arange(5, dtype=">i8"),
+                                   np.ones((6, 3, 2), dtype=np.float16)[::-1],
+                                   np.array([True, False, True, True, False, True])])
+def test_a_batchs_outputs_are_each_requests_rows_as_one_tensor(array):
+    """``of_outputs`` splits once what ``of_output`` would build request by request."""
+    bounds = [0, 1, 1, 4, len(array)]   # a request of no rows, too
+    split = Tensor.of_outputs("out", array, bounds)
+    alone = [Tensor.from_array("out", array[a:b]) for a, b in zip(bounds, bounds[1:])]
+    assert split == alone and [encode_json(t) for t in split] == [encode_json(t) for t in alone]
+    for tensor, expected in zip(split, alone):
+        assert np.array_equal(tensor.array, expected.array) and not tensor.array.flags.writeable
+        assert tensor.array.dtype == expected.array.dtype and tensor.digest() == expected.digest()
