@@ -33,9 +33,8 @@ def built(cls: type[M], fields: dict) -> M:
     values = template.copy()
     values.update(fields)   # keeps the declared order: every key is in the template
     if len(values) != len(template) or not fields.keys() >= required:
-        raise TypeError(f"{cls.__name__}: fields {sorted(set(fields) - set(template))} are "
-                        f"not its own, or {sorted(required - set(fields))} lack, which it "
-                        "requires")
+        raise TypeError(f"{cls.__name__} has no fields {sorted(set(fields) - set(template))}"
+                        f", or lacks required {sorted(required - set(fields))}")
     message = cls.__new__(cls)
     _set(message, "__dict__", values)
     _set(message, "__pydantic_fields_set__", set(fields))

@@ -34,11 +34,11 @@ def test_a_built_message_equals_and_encodes_as_the_validated_one(cls, fields):
 
 
 def test_unknown_and_missing_fields_are_refused():
-    with pytest.raises(TypeError, match="not its own"):
+    with pytest.raises(TypeError, match=r"has no fields \['typo_ms'\]"):
         built(Timings, TIMINGS | {"typo_ms": 1.0})
-    with pytest.raises(TypeError, match="which it requires"):
+    with pytest.raises(TypeError, match=r"lacks required \['total_ms'\]"):
         built(Timings, {"queue_ms": 1.0})   # total_ms has no default
-    with pytest.raises(TypeError, match="which it requires"):   # a default factory's field
+    with pytest.raises(TypeError, match=r"lacks required \['outputs'\]"):   # a factory's
         built(InferenceResult, {k: v for k, v in RESULT.items() if k != "outputs"}
               | {"timings": Timings(**TIMINGS)})
 
