@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from devkit.arguments import count
+from devkit.arguments import count, fraction, zero_or_above
 from devkit.loadgen import sentences
 from devkit.stack import DevStack, dev_client, dev_spec, own_stack
 from runtime.settings import KipSettings
@@ -38,9 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rows", type=count, default=20_000)
     p.add_argument("--rows-per-request", type=count, default=32)
     p.add_argument("--in-flight", type=count, default=64)
-    p.add_argument("--interactive-rate", type=float, default=0.0,
+    p.add_argument("--interactive-rate", type=zero_or_above, default=0.0,
                    help="interactive MiniLM requests/s beside the job (0: none)")
-    p.add_argument("--kill-at", type=float, default=0.0, metavar="FRACTION",
+    p.add_argument("--kill-at", type=fraction, default=0.0, metavar="FRACTION",
                    help="SIGKILL the job once it has sent this fraction of its requests, "
                    "then run it again with --resume; report the inferences the audit "
                    "trail shows per row")

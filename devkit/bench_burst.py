@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from devkit.arguments import count, zero_or_more
+from devkit.arguments import above_zero, count, zero_or_above, zero_or_more
 from devkit.bursts import (INPUTS, Interactive, burst_from_child, bursts_reply_topic,
                            start_interactive)
 from devkit.stack import dev_client, dev_spec, own_stack
@@ -32,9 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=count, default=5_000, help="standard requests a burst")
     p.add_argument("--in-flight", type=zero_or_more, default=0, help="at a time (0: all)")
     p.add_argument("--bursts", type=count, default=2)
-    p.add_argument("--pause-s", type=float, default=5.0, help="between bursts")
-    p.add_argument("--interactive-rate", type=float, default=20.0, help="requests/s")
-    p.add_argument("--steady-s", type=float, default=10.0)
+    p.add_argument("--pause-s", type=zero_or_above, default=5.0, help="between bursts")
+    p.add_argument("--interactive-rate", type=above_zero, default=20.0, help="requests/s")
+    p.add_argument("--steady-s", type=above_zero, default=10.0)
     p.add_argument("--one-pipeline", dest="split_pipeline", action="store_false",
                    help="one pipeline for every class instead of two")
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir)

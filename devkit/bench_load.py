@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from devkit.arguments import above_zero, count
 from devkit.broker import LocalBroker
 from devkit.loadgen import LoadReport, closed_loop_capacity, run_load
 from devkit.loadproc import offer_from_child
@@ -48,17 +49,17 @@ CHILD_LEAD_MS = 8_000
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="minilm")
-    p.add_argument("--duration", type=float, default=60.0, help="seconds of offered load")
+    p.add_argument("--duration", type=above_zero, default=60.0, help="seconds of offered load")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--rate", action="append", default=[], type=class_rate,
                    metavar="CLASS=RPS", help="offer this rate for a class, e.g. batch=400 "
                    "(repeat for several classes)")
-    p.add_argument("--interactive-rate", type=float, default=10.0)
-    p.add_argument("--overload", type=float, default=3.0, help="batch rate / capacity")
+    p.add_argument("--interactive-rate", type=above_zero, default=10.0)
+    p.add_argument("--overload", type=above_zero, default=3.0, help="batch rate / capacity")
     p.add_argument("--sweep", action="store_true")
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
                    help="registry with the reference models (default $KIP_REGISTRY_DIR)")
-    p.add_argument("--background-max-batch", type=int, default=None,
+    p.add_argument("--background-max-batch", type=count, default=None,
                    help="at most this many batch-class requests per inference call "
                    "(default: the worker's)")
     p.add_argument("--no-pin", dest="pin", action="store_false",
@@ -73,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--one-pipeline", dest="split_pipeline", action="store_false",
                    help="one pipeline process for all classes (by default interactive has "
                    "its own, and standard/batch admission runs at nice 19)")
-    p.add_argument("--worker-threads", type=int, default=1,
+    p.add_argument("--worker-threads", type=count, default=1,
                    help="ONNX Runtime threads in the worker (1 leaves a core to the pipeline "
                    "and broker when everything shares one small machine)")
 

@@ -44,8 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", choices=sorted(INPUTS), default="digits")
     p.add_argument("--requests", type=arguments.count, default=10_000, help="during the 90/10 canary")
     p.add_argument("--after", type=arguments.count, default=1_000, help="after promote, after rollback")
-    p.add_argument("--interactive-rate", type=float, default=20.0, help="requests/s")
-    p.add_argument("--steady-s", type=float, default=20.0)
+    p.add_argument("--interactive-rate", type=arguments.above_zero, default=20.0, help="requests/s")
+    p.add_argument("--steady-s", type=arguments.above_zero, default=20.0)
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir)
 
 

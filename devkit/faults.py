@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from devkit.arguments import count, zero_or_more
+from devkit.arguments import above_zero, count, fraction, zero_or_more
 from devkit.broker import LocalBroker
 from devkit.faults_report import FaultReport, Tally, leftover_records
 from devkit.stack import DevStack, dev_client, own_stack
@@ -286,7 +286,7 @@ def _quiet(*_args) -> None:
 def add_arguments(p) -> None:
     d = FaultPlan()
     p.add_argument("--requests", type=count, default=d.requests)
-    p.add_argument("--rate", type=float, default=d.rate, help="requests per second")
+    p.add_argument("--rate", type=above_zero, default=d.rate, help="requests per second")
     p.add_argument("--workers", type=count, default=d.workers, help="digits worker processes")
     p.add_argument("--pipelines", type=count, default=d.pipelines, help="pipeline processes")
     p.add_argument("--worker-kills", type=zero_or_more, default=d.worker_kills)
@@ -296,7 +296,7 @@ def add_arguments(p) -> None:
     p.add_argument("--pipeline-pauses", type=zero_or_more, default=d.pipeline_pauses,
                    help="SIGSTOP past the session timeout, then SIGCONT")
     p.add_argument("--broker-restarts", type=zero_or_more, default=d.broker_restarts)
-    p.add_argument("--poison", type=float, default=d.poison_ratio, metavar="RATIO",
+    p.add_argument("--poison", type=fraction, default=d.poison_ratio, metavar="RATIO",
                    help="share of poison messages (e.g. 0.01)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
