@@ -37,6 +37,7 @@ from pipeline.control import ControlState, apply_telemetry, publish_control
 from pipeline.health import rollbacks
 from schemas.releases import Releases
 from pipeline.decide import Context, Decision, Origin, decide, undecodable
+from pipeline.drain import LeanDrain
 from pipeline.follower import TopicFollower
 from pipeline.known_topics import KnownTopics
 from pipeline.quota import Ledger, apply_levels, dump_levels
@@ -152,10 +153,11 @@ def _faust_dir(settings: PipelineSettings) -> Path:
     return private_dir(settings.home / "faust")
 
 
-class TransactionalConsumer(FaustConsumer):
+class TransactionalConsumer(LeanDrain, FaustConsumer):
     """faust's consumer with its offset commits switched off: the admit agent commits
-    each partition's offset inside the transaction that carries its outputs; and with
-    fetches that wait at most ``HOT_PATH_FETCH_MAX_WAIT_MS`` (``FetchWaitConsumerThread``)."""
+    each partition's offset inside the transaction that carries its outputs; with
+    fetches that wait at most ``HOT_PATH_FETCH_MAX_WAIT_MS`` (``FetchWaitConsumerThread``);
+    and with a drain that races a halt once per fetch, not per message (``LeanDrain``)."""
 
     async def _commit(self, offsets) -> bool:
         return True

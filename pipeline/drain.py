@@ -1,0 +1,92 @@
+"""faust's message drain, racing a fetch's deliveries against a halt once per fetch.
+
+faust's consumer hands each fetched message to its agents' streams from a loop
+(``Consumer._drain_messages``, faust-streaming 0.12-0.15) that races every delivery
+against the flow being suspended (a rebalance) or the consumer stopping, so that a
+delivery blocked on a full stream is abandoned then. It races with ``Service.wait_first``:
+per message, four tasks (the delivery, and waits on the suspension, the stop and the
+crash), ``asyncio.wait``, and three cancellations, each a pass of a task. In the
+pipeline under load that was ~11% of the event loop's busy time (py-spy,
+docs/benchmarks.md).
+
+``LeanDrain`` keeps the loop and its bookkeeping (read offsets, gaps for acked topics,
+the periodic commit) and races the same halt, but once per fetch: one task delivers the
+fetch's messages in order, one waiter (kept until it fires) stands for the halt, and
+the fetch's deliveries are abandoned when it fires first. A halt that comes while a
+delivery runs stops the messages after it too, as faust's fetch iterator does once the
+flow is inactive. The fetch itself is not raced, as in faust: while the flow is
+suspended, faust's ``getmany`` waits for it to resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from faust.transport.consumer import CONSUMER_FETCHING
+from faust.types import TP, Message
+
+FETCH_TIMEOUT_S = 1.0   # as faust's drain asks
+YIELD_EVERY = 100   # messages delivered between passes of the loop, as faust's drain
+
+
+class LeanDrain:
+    """A mixin for a faust ``Consumer`` (before it in the bases)."""
+
+    _halt: asyncio.Future | None = None
+
+    async def _drain_messages(self, fetcher) -> None:
+        should_stop = lambda: self._stopped.is_set() or fetcher._stopped.is_set()
+        try:
+            while not should_stop():
+                self.diag.set_flag(CONSUMER_FETCHING)
+                fetched = [m async for m in self.getmany(timeout=FETCH_TIMEOUT_S)]
+                await asyncio.sleep(0)   # as faust: getmany may not give way to the loop
+                if fetched and not self.should_stop:
+                    await self._deliver_unless_halted(fetched)
+                self.diag.unset_flag(CONSUMER_FETCHING)
+        except self.consumer_stopped_errors:
+            if not self.transport.app.should_stop:
+                raise
+            self.log.info("Broker stopped consumer, shutting down...")
+        finally:
+            self.diag.unset_flag(CONSUMER_FETCHING)
+            if self._halt is not None:
+                self._halt.cancel()
+                self._halt = None
+
+    async def _deliver_unless_halted(self, messages: list[tuple[TP, Message]]) -> None:
+        delivery = asyncio.ensure_future(self._deliver(messages))
+        halt = self._halt_waiter()
+        await asyncio.wait((delivery, halt), return_when=asyncio.FIRST_COMPLETED)
+        if delivery.done():
+            delivery.result()   # a delivery's error is the drain's, as in faust
+            return
+        delivery.cancel()
+        await asyncio.gather(delivery, return_exceptions=True)
+
+    def _halt_waiter(self) -> asyncio.Future:
+        """A task that ends when the flow is suspended or the consumer stops or crashes
+        (``wait_first`` adds those two); kept across fetches until it ends."""
+        if self._halt is None or self._halt.done():
+            self._halt = asyncio.ensure_future(self.wait_first(self.suspend_flow.wait()))
+        return self._halt
+
+    async def _deliver(self, messages: list[tuple[TP, Message]]) -> None:
+        """faust's per-message steps: the read offset, a gap where a topic is acked,
+        the periodic commit, the delivery to the streams."""
+        acks_enabled_for = self.app.topics.acks_enabled_for
+        since_yield = 0
+        for tp, message in messages:
+            since_yield += 1
+            if since_yield > YIELD_EVERY:
+                await asyncio.sleep(0)   # the streams take what was delivered so far
+                since_yield = 0
+            offset, read = message.offset, self._read_offset[tp]
+            if read is not None and offset < read:
+                continue   # seen already
+            if read and offset - read > 1 and acks_enabled_for(message.topic):
+                await self._add_gap(tp, read + 1, offset)
+            if self._commit_every is not None and self._n_acked >= self._commit_every:
+                self._n_acked = 0
+                await self.commit()
+            await self.callback(message)
+            self._read_offset[tp] = offset

@@ -1,0 +1,112 @@
+"""The pipeline's faust consumer draining fetches (``pipeline.drain.LeanDrain``): the
+real consumer class and faust's bookkeeping, with only Kafka's fetch replaced by
+fetches the test hands it (the app is never started; no broker needed)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import faust
+from faust.types import TP, Message
+
+from pipeline.app import TransactionalConsumer
+
+TOPIC_PARTITION = TP("kip.requests.interactive", 0)
+
+
+class Fetched(TransactionalConsumer):
+    """The pipeline's consumer; each ``getmany`` takes the next fetch from ``fetches``."""
+
+    def __init__(self, app: faust.App, delivered: list[int], block: set[int]) -> None:
+        super().__init__(app.transport, callback=self._record,
+                         on_partitions_revoked=None, on_partitions_assigned=None)
+        self.fetches: asyncio.Queue[list[int]] = asyncio.Queue()
+        self.delivered, self.block = delivered, block
+        self.blocked = asyncio.Event()     # a delivery that never ends has begun
+        self.abandoned: list[int] = []     # offsets whose delivery was cancelled
+
+    async def getmany(self, timeout: float):
+        for offset in await self.fetches.get():
+            yield TOPIC_PARTITION, Message(TOPIC_PARTITION.topic, 0, offset, 0.0, 0,
+                                           None, None, b"v", None)
+
+    async def _record(self, message: Message) -> None:
+        if message.offset in self.block:   # once
+            self.block.discard(message.offset)
+            self.blocked.set()
+            try:
+                await asyncio.Event().wait()   # a stream that never takes it
+            except asyncio.CancelledError:
+                self.abandoned.append(message.offset)
+                raise
+        self.delivered.append(message.offset)
+
+
+async def _draining(consumer: Fetched):
+    fetcher = SimpleNamespace(_stopped=asyncio.Event())
+    return fetcher, asyncio.create_task(consumer._drain_messages(fetcher))
+
+
+async def _until(condition, timeout_s: float = 2.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.001)
+
+
+def _consumer(block: set[int] = frozenset()) -> tuple[Fetched, list[int]]:
+    app = faust.App("test-drain", broker="kafka://127.0.0.1:1")
+    delivered: list[int] = []
+    return Fetched(app, delivered, set(block)), delivered
+
+
+def _close(consumer: Fetched) -> None:
+    # the consumer's thread made an event loop it never started: close it
+    consumer._thread.thread_loop.close()
+
+
+def test_each_fetch_is_delivered_in_order_and_an_offset_below_the_last_read_is_skipped():
+    async def go():
+        consumer, delivered = _consumer()
+        fetcher, drain = await _draining(consumer)
+        for fetch in ([0, 1, 2], [1, 3, 5]):   # 1 fetched again; 4 a transaction marker
+            consumer.fetches.put_nowait(fetch)
+        await _until(lambda: len(delivered) == 5)
+        fetcher._stopped.set()
+        consumer.fetches.put_nowait([])
+        await asyncio.wait_for(drain, 2)
+        _close(consumer)
+        return delivered, consumer._read_offset[TOPIC_PARTITION]
+    assert asyncio.run(go()) == ([0, 1, 2, 3, 5], 5)
+
+
+def test_a_suspended_flow_abandons_a_blocked_delivery_and_the_drain_goes_on():
+    async def go():
+        consumer, delivered = _consumer(block={1})
+        fetcher, drain = await _draining(consumer)
+        consumer.fetches.put_nowait([0, 1, 2])
+        await asyncio.wait_for(consumer.blocked.wait(), 2)
+        consumer.suspend_flow.set()              # a rebalance begins
+        await _until(lambda: consumer.abandoned == [1])
+        consumer.suspend_flow.clear()            # and ends: the next fetch flows
+        consumer.fetches.put_nowait([1, 2])
+        await _until(lambda: len(delivered) == 3)
+        fetcher._stopped.set()
+        consumer.fetches.put_nowait([])
+        await asyncio.wait_for(drain, 2)
+        _close(consumer)
+        return delivered
+    assert asyncio.run(go()) == [0, 1, 2]   # 2 waited behind 1: never delivered twice
+
+
+def test_a_stopping_consumer_ends_the_drain_while_a_delivery_is_blocked():
+    async def go():
+        consumer, delivered = _consumer(block={0})
+        _, drain = await _draining(consumer)
+        consumer.fetches.put_nowait([0])
+        await asyncio.wait_for(consumer.blocked.wait(), 2)
+        consumer._stopped.set()
+        await asyncio.wait_for(drain, 2)
+        _close(consumer)
+        return consumer.abandoned, delivered
+    assert asyncio.run(go()) == ([0], [])
