@@ -54,14 +54,21 @@ class LeanDrain:
                 self._halt = None
 
     async def _deliver_unless_halted(self, messages: list[tuple[TP, Message]]) -> None:
+        """Deliver ``messages``; abandon what is left of them when the halt comes first,
+        or when the drain itself is cancelled (faust restarts its fetcher on a
+        rebalance), as ``wait_first`` cancels what it waited for."""
         delivery = asyncio.ensure_future(self._deliver(messages))
-        halt = self._halt_waiter()
-        await asyncio.wait((delivery, halt), return_when=asyncio.FIRST_COMPLETED)
-        if delivery.done():
+        try:
+            await asyncio.wait((delivery, self._halt_waiter()),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            halted = not delivery.done()
+            if halted:
+                delivery.cancel()
+        if halted:
+            await asyncio.gather(delivery, return_exceptions=True)
+        else:
             delivery.result()   # a delivery's error is the drain's, as in faust
-            return
-        delivery.cancel()
-        await asyncio.gather(delivery, return_exceptions=True)
 
     def _halt_waiter(self) -> asyncio.Future:
         """A task that ends when the flow is suspended or the consumer stops or crashes

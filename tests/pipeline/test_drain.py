@@ -95,7 +95,7 @@ def test_a_suspended_flow_abandons_a_blocked_delivery_and_the_drain_goes_on():
         consumer.fetches.put_nowait([])
         await asyncio.wait_for(drain, 2)
         _close(consumer)
-        return delivered
+        return list(delivered)
     assert asyncio.run(go()) == [0, 1, 2]   # 2 waited behind 1: never delivered twice
 
 
@@ -108,5 +108,21 @@ def test_a_stopping_consumer_ends_the_drain_while_a_delivery_is_blocked():
         consumer._stopped.set()
         await asyncio.wait_for(drain, 2)
         _close(consumer)
-        return consumer.abandoned, delivered
+        return list(consumer.abandoned), list(delivered)
+    assert asyncio.run(go()) == ([0], [])
+
+
+def test_a_cancelled_drain_abandons_the_rest_of_its_fetch():
+    """faust cancels its fetcher's drain on a rebalance: no message of the fetch may
+    reach a stream after that."""
+    async def go():
+        consumer, delivered = _consumer(block={0})
+        _, drain = await _draining(consumer)
+        consumer.fetches.put_nowait([0, 1])
+        await asyncio.wait_for(consumer.blocked.wait(), 2)
+        drain.cancel()
+        await asyncio.gather(drain, return_exceptions=True)
+        await asyncio.sleep(0.05)
+        _close(consumer)
+        return list(consumer.abandoned), list(delivered)   # before asyncio.run's clean-up
     assert asyncio.run(go()) == ([0], [])
