@@ -47,6 +47,9 @@ class LeanDrain:
             if not self.transport.app.should_stop:
                 raise
             self.log.info("Broker stopped consumer, shutting down...")
+        except Exception as exc:   # as faust's: the fetcher's crash follows
+            self.log.exception("Drain messages raised: %r", exc)
+            raise
         finally:
             self.diag.unset_flag(CONSUMER_FETCHING)
             if self._halt is not None:
