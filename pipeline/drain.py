@@ -21,6 +21,7 @@ suspended, faust's ``getmany`` waits for it to resume.
 from __future__ import annotations
 
 import asyncio
+
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.types import TP, Message
 
