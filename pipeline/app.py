@@ -38,6 +38,7 @@ from pipeline.health import rollbacks
 from schemas.releases import Releases
 from pipeline.decide import Context, Decision, Origin, decide, undecodable
 from pipeline.drain import LeanDrain
+from pipeline.one_loop import OnTheLoop
 from pipeline.follower import TopicFollower
 from pipeline.known_topics import KnownTopics
 from pipeline.quota import Ledger, apply_levels, dump_levels
@@ -166,7 +167,7 @@ class TransactionalConsumer(LeanDrain, FaustConsumer):
         return FetchWaitConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
 
-class FetchWaitConsumerThread(AIOKafkaConsumerThread):
+class FetchWaitConsumerThread(OnTheLoop, AIOKafkaConsumerThread):
     """faust's consumer thread, its fetches waiting at most ``HOT_PATH_FETCH_MAX_WAIT_MS``
     for data (faust fixes 1,500 ms; topics/clients.py says why).
 

@@ -20,9 +20,9 @@ def test_the_pipeline_consumer_fetches_with_the_hot_path_wait(tmp_path, access):
         assert app.transport.Consumer is TransactionalConsumer
         thread = app.consumer._thread
         assert isinstance(thread, FetchWaitConsumerThread)
+        assert thread.thread_loop is asyncio.get_running_loop()   # pipeline/one_loop.py
         consumer = thread._create_worker_consumer(app.transport)
         await consumer.stop()   # never started: nothing to close but itself
-        thread.thread_loop.close()
         return consumer._fetch_max_wait_ms
 
     wait_ms = asyncio.run(consumer_of_its_thread())

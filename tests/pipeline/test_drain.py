@@ -60,11 +60,6 @@ def _consumer(block: set[int] = frozenset()) -> tuple[Fetched, list[int]]:
     return Fetched(app, delivered, set(block)), delivered
 
 
-def _close(consumer: Fetched) -> None:
-    # the consumer's thread made an event loop it never started: close it
-    consumer._thread.thread_loop.close()
-
-
 def test_each_fetch_is_delivered_in_order_and_an_offset_below_the_last_read_is_skipped():
     async def go():
         consumer, delivered = _consumer()
@@ -75,7 +70,6 @@ def test_each_fetch_is_delivered_in_order_and_an_offset_below_the_last_read_is_s
         fetcher._stopped.set()
         consumer.fetches.put_nowait([])
         await asyncio.wait_for(drain, 2)
-        _close(consumer)
         return delivered, consumer._read_offset[TOPIC_PARTITION]
     assert asyncio.run(go()) == ([0, 1, 2, 3, 5], 5)
 
@@ -94,7 +88,6 @@ def test_a_suspended_flow_abandons_a_blocked_delivery_and_the_drain_goes_on():
         fetcher._stopped.set()
         consumer.fetches.put_nowait([])
         await asyncio.wait_for(drain, 2)
-        _close(consumer)
         return list(delivered)
     assert asyncio.run(go()) == [0, 1, 2]   # 2 waited behind 1: never delivered twice
 
@@ -107,7 +100,6 @@ def test_a_stopping_consumer_ends_the_drain_while_a_delivery_is_blocked():
         await asyncio.wait_for(consumer.blocked.wait(), 2)
         consumer._stopped.set()
         await asyncio.wait_for(drain, 2)
-        _close(consumer)
         return list(consumer.abandoned), list(delivered)
     assert asyncio.run(go()) == ([0], [])
 
@@ -123,6 +115,5 @@ def test_a_cancelled_drain_abandons_the_rest_of_its_fetch():
         drain.cancel()
         await asyncio.gather(drain, return_exceptions=True)
         await asyncio.sleep(0.05)
-        _close(consumer)
         return list(consumer.abandoned), list(delivered)   # before asyncio.run's clean-up
     assert asyncio.run(go()) == ([0], [])
