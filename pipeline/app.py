@@ -168,7 +168,8 @@ class TransactionalConsumer(LeanDrain, FaustConsumer):
 
 
 class FetchWaitConsumerThread(OnTheLoop, AIOKafkaConsumerThread):
-    """faust's consumer thread, its fetches waiting at most ``HOT_PATH_FETCH_MAX_WAIT_MS``
+    """faust's consumer service, run on the agents' event loop rather than in a thread of
+    its own (``OnTheLoop``), its fetches waiting at most ``HOT_PATH_FETCH_MAX_WAIT_MS``
     for data (faust fixes 1,500 ms; topics/clients.py says why).
 
     aiokafka keeps one fetch in flight per broker, and leaves out of it the partitions
