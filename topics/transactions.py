@@ -28,17 +28,22 @@ verification) fails the produce with NOT_ENOUGH_REPLICAS, which the producer ret
 after its backoff: overlapped, about one commit in twenty took 10 ms longer
 (docs/benchmarks.md). A stage that knows where its outputs will go before it has them
 (a worker, once it has decoded a batch, while its inference runs) can ``begin_early``:
-the transaction begins, AddOffsetsToTxn is answered and then its partitions are added
-meanwhile, one request at a time, and the commit is left with the produce,
-TxnOffsetCommit and EndTxn; a partition the commit needs beyond those is added before
-any of its produce goes, for the same reason. A stage that decides in well under a
-round trip (a pipeline) keeps its next transaction begun instead (``keep_begun``): once
-a commit is done, the next begins with the group and the partitions the last one wrote
-to (a fresh one where any partition will do, every partition of a topic placed by key).
-Adding a partition or the group writes nothing to a topic, so a transaction begun early
-holds no reader back; one its commit does not use is aborted, one kept a third of the
-transaction timeout with no commit is aborted before the broker would abort it (and
-fence the producer), and one that broke meanwhile fails the commit as a fenced one does.
+the transaction begins, AddOffsetsToTxn is answered, then a TxnOffsetCommit of the
+position committed already (a no-op, overwritten by the commit's own), then its
+partitions are added, one request at a time. The commit is left with the produce and
+TxnOffsetCommit, side by side, and EndTxn: the broker verifies only a transaction's
+first write to a partition, and the restated position was the first to the group's, so
+the commit's TxnOffsetCommit meets no verification. A partition the commit needs beyond
+those is added before any of its produce goes, for the same reason. A stage that
+decides in well under a round trip (a pipeline) keeps its next transaction begun
+instead (``keep_begun``): once a commit is done, the next begins with the group and the
+partitions the last one wrote to (a fresh one where any partition will do, every
+partition of a topic placed by key).
+Adding a partition or the group writes nothing to a topic, and the restated position
+changes nothing, so a transaction begun early holds no reader back; one its commit does
+not use is aborted, one kept a third of the transaction timeout with no commit is
+aborted before the broker would abort it (and fence the producer), and one that broke
+meanwhile fails the commit as a fenced one does.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ from topics.clients import KafkaConnection
 from schemas.audit_chain import ChainHead
 from topics.outputs import Chaining, Record
 from topics.txn_steps import (CommittedOffsets, Placements, add_group, add_partitions,
-                              broken, by_partition, placed, retrieve, send_batches,
+                              broken, by_partition, placed, retrieve, send_outputs,
                               stop_quietly, wait_or_cancel)
 
 log = logging.getLogger("kip.transactions")
@@ -68,7 +73,7 @@ TXN_RETRY_BACKOFF_MS = 10
 # answers CONCURRENT_TRANSACTIONS until it has written that one's markers), and only
 # where the partition's round came this long after its last commit (docs/benchmarks.md).
 KEEP_AFTER_S = 0.002
-KEEP_WHEN_IDLE_S = 0.015
+KEEP_WHEN_IDLE_S = 0.006
 
 # A topic and where in it: a key to place by, a partition, or every partition.
 Destination = tuple[str, bytes | int | str | None]
@@ -227,6 +232,7 @@ class PartitionTransactions:
         if placements is None:
             await producer.begin_transaction()
             await add_group(producer, self.group_id)
+            await producer.send_offsets_to_transaction({tp: self._position(tp)}, self.group_id)
             placements = self._begun[tp] = {}
             if self.keep_begun:
                 self._arm(tp, self.timeout_ms / 3000, self._expire)
@@ -269,25 +275,22 @@ class PartitionTransactions:
         if placements is None:
             placements = {}
             await producer.begin_transaction()
-        sent: list[asyncio.Future] = []
-        try:
-            groups = await by_partition(producer, outputs, placements, self.any_partition)
-            if begun:   # a partition it lacks is added before any produce goes: above
-                await add_partitions(producer, [TopicPartition(*g) for g in groups])
-            for (topic, partition), batch in groups.items():
-                sent += await send_batches(producer, topic, partition, batch)
-            await asyncio.gather(*sent)   # acknowledged before the offsets: the docstring
-            position = (live[-1].offset + 1, head.metadata() if head else "")
-            await producer.send_offsets_to_transaction({tp: position}, self.group_id)
-            await producer.commit_transaction()
-        finally:
-            for future in sent:   # their errors are the transaction's: already raised
-                future.add_done_callback(retrieve)
+        groups = await by_partition(producer, outputs, placements, self.any_partition)
+        if begun:   # a partition it lacks is added before any produce goes: above
+            await add_partitions(producer, [TopicPartition(*g) for g in groups])
+        position = (live[-1].offset + 1, head.metadata() if head else "")
+        await send_outputs(producer, groups, ({tp: position}, self.group_id), beside=begun)
+        await producer.commit_transaction()
         self._floor[tp] = live[-1].offset + 1
         if self.keep_begun:
             self._again[tp] = self._unkeyed(outputs)   # for the transaction kept next
         if head is not None:
             self._heads[tp] = head
+
+    def _position(self, tp: TopicPartition) -> tuple[int, str]:
+        """``tp``'s position as this stage last committed it: its offset and chain head."""
+        head = self._heads.get(tp)
+        return self._floor[tp], head.metadata() if head else ""
 
     def _unkeyed(self, outputs: list[Record]) -> list[Destination]:
         """Where ``outputs`` went that does not hang on their keys: their explicit

@@ -183,6 +183,26 @@ async def send_batches(producer: AIOKafkaProducer, topic: str, partition: int,
     return futures
 
 
+async def send_outputs(producer: AIOKafkaProducer, groups: dict[tuple[str, int], list[Record]],
+                       offsets: tuple[dict, str], beside: bool) -> None:
+    """The produce of ``groups`` (records by topic and partition) and the
+    TxnOffsetCommit of ``offsets`` (offsets, group id), both answered: side by side
+    where the transaction has written the group's offsets already (``beside``), else
+    the produce acknowledged first (``topics.transactions`` says why)."""
+    sent: list[asyncio.Future] = []
+    try:
+        for (topic, partition), batch in groups.items():
+            sent += await send_batches(producer, topic, partition, batch)
+        if beside:
+            await asyncio.gather(*sent, producer.send_offsets_to_transaction(*offsets))
+        else:
+            await asyncio.gather(*sent)
+            await producer.send_offsets_to_transaction(*offsets)
+    finally:
+        for future in sent:   # their errors are the transaction's: already raised
+            future.add_done_callback(retrieve)
+
+
 async def wait_or_cancel(task: asyncio.Task) -> None:
     """Wait for ``task`` to end, whatever it raised; cancelled meanwhile, cancel it too."""
     try:

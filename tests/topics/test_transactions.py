@@ -185,9 +185,10 @@ def test_records_of_an_any_partition_topic_share_one_partition_per_transaction(b
 
 
 def test_a_transaction_begun_early_carries_the_next_commit(broker, prefix):
-    """``begin_early`` adds the group and the partitions while the stage works; the
-    commit sends only the produce, TxnOffsetCommit and EndTxn, into exactly those
-    partitions, and its outputs and offset become visible together."""
+    """``begin_early`` adds the group, restates the committed position and adds the
+    partitions while the stage works; the commit sends only the produce and
+    TxnOffsetCommit, side by side, and EndTxn, into exactly those partitions, and its
+    outputs and offset (not the restated one) become visible together."""
     async def scenario():
         free, keyed, tp = await _free_and_keyed(broker.bootstrap, prefix)
         async with _placing(broker, prefix, free) as tx:
@@ -199,14 +200,21 @@ def test_a_transaction_begun_early_carries_the_next_commit(broker, prefix):
             added = set(tx._producers[tp]._txn_manager.txn_partitions)   # AddPartitions
             with _requests_sent(tx._producers[tp]) as sent:
                 assert await tx.commit(tp, entries)
-            assert [n for n in sent if n in TRANSACTION_REQUESTS] == [
-                "ProduceRequest", "TxnOffsetCommitRequest", "EndTxnRequest"]
+            assert beside_then_end(sent)
             assert await _committed(tx, tp, 10) == 10
         written = [r for topic in (free, keyed) for r in await read_topic(broker.kafka, topic)]
         assert sorted(r.value for r in written) == [b"early"] * 10 + [b"first"] * 10
         assert {TopicPartition(r.topic, r.partition) for r in written
                 if r.value == b"early"} == added
     asyncio.run(scenario())
+
+
+def beside_then_end(sent: list[str]) -> bool:
+    """Whether a commit begun early sent the produce and TxnOffsetCommit (in either
+    order: they go side by side) and then EndTxn, and nothing else of a transaction."""
+    names = [n for n in sent if n in TRANSACTION_REQUESTS]
+    return (sorted(names[:2]) == ["ProduceRequest", "TxnOffsetCommitRequest"]
+            and names[2:] == ["EndTxnRequest"])
 
 
 TRANSACTION_REQUESTS = {"AddPartitionsToTxnRequest", "AddOffsetsToTxnRequest",
@@ -231,15 +239,20 @@ def _requests_sent(producer):
 
 
 def test_a_transaction_begun_early_for_nothing_live_is_aborted(broker, prefix):
-    """A replay below the floor commits nothing: the early transaction is aborted, and
-    the next commit begins its own."""
+    """A replay below the floor commits nothing: the early transaction, which restated
+    the committed position, is aborted, leaving that position as it was, and the next
+    commit begins its own."""
     async def scenario():
         inp, out = await _topics(broker.bootstrap, prefix)
         tp = TopicPartition(inp, 0)
         async with PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as tx:
             assert await tx.commit(tp, _entries(out, range(5)))
-            tx.begin_early(tp, [(out, b"k")])
-            assert await tx.commit(tp, _entries(out, range(3, 5), tag="replayed"))
+            with _requests_sent(tx._producers[tp]) as sent:
+                tx.begin_early(tp, [(out, b"k")])
+                assert await tx.commit(tp, _entries(out, range(3, 5), tag="replayed"))
+            assert "TxnOffsetCommitRequest" in sent   # restated, then aborted
+            await asyncio.sleep(0.5)   # the abort's markers written
+            assert await tx.committed(tp) == 5
             assert await tx.commit(tp, _entries(out, [5]))
             assert await _committed(tx, tp, 6) == 6
         assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(6)]
@@ -290,11 +303,13 @@ def test_a_claim_and_a_commit_at_once_build_one_producer(broker, prefix):
 
 @pytest.mark.parametrize("early", [False, True], ids=["begun-at-commit", "begun-early"])
 def test_a_commit_never_has_its_produce_retried(broker, prefix, caplog, early):
-    """Every request of a commit goes alone. Beside AddOffsetsToTxn (or TxnOffsetCommit),
-    the broker's verification of the produce (KIP-890) met the other request at the
-    transaction coordinator in about one commit of twenty here, and failed it with
-    NOT_ENOUGH_REPLICAS, retried by the producer after its backoff. A transaction begun
-    early sends one TxnOffsetCommit a commit: none was answered with an error."""
+    """Beside AddOffsetsToTxn or a transaction's first TxnOffsetCommit, the broker's
+    verification of the produce (KIP-890) met the other request at the transaction
+    coordinator in about one commit of twenty here, and failed it with
+    NOT_ENOUGH_REPLICAS, retried by the producer after its backoff. A commit begun at
+    the commit sends each request alone; one begun early restated its position
+    already, so its produce goes beside a TxnOffsetCommit the broker does not verify.
+    Neither had a produce retried, and each TxnOffsetCommit was answered at once."""
     async def scenario():
         inp, out = await _topics(broker.bootstrap, prefix)
         tp = TopicPartition(inp, 0)
@@ -307,7 +322,8 @@ def test_a_commit_never_has_its_produce_retried(broker, prefix, caplog, early):
                         await asyncio.sleep(0.005)   # the stage at work
                     assert await tx.commit(tp, _entries(out, [offset]))
             assert await _committed(tx, tp, COMMITS) == COMMITS
-        assert sent.count("TxnOffsetCommitRequest") == COMMITS - 1
+        restated = COMMITS - 1 if early else 0
+        assert sent.count("TxnOffsetCommitRequest") == COMMITS - 1 + restated
     caplog.set_level(logging.WARNING, logger="aiokafka.producer.sender")
     asyncio.run(scenario())
     retried = [r.getMessage() for r in caplog.records if "produce response" in r.getMessage()
