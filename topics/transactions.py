@@ -28,22 +28,20 @@ verification) fails the produce with NOT_ENOUGH_REPLICAS, which the producer ret
 after its backoff: overlapped, about one commit in twenty took 10 ms longer
 (docs/benchmarks.md). A stage that knows where its outputs will go before it has them
 (a worker, once it has decoded a batch, while its inference runs) can ``begin_early``:
-the transaction begins, AddOffsetsToTxn is answered, then a TxnOffsetCommit of the
-position committed already (a no-op, overwritten by the commit's own), then its
-partitions are added, one request at a time. The commit is left with the produce and
-TxnOffsetCommit, side by side, and EndTxn: the broker verifies only a transaction's
-first write to a partition, and the restated position was the first to the group's, so
-the commit's TxnOffsetCommit meets no verification. A partition the commit needs beyond
-those is added before any of its produce goes, for the same reason. A stage that
-decides in well under a round trip (a pipeline) keeps its next transaction begun
-instead (``keep_begun``): once a commit is done, the next begins with the group and the
-partitions the last one wrote to (a fresh one where any partition will do, every
-partition of a topic placed by key).
-Adding a partition or the group writes nothing to a topic, and the restated position
-changes nothing, so a transaction begun early holds no reader back; one its commit does
-not use is aborted, one kept a third of the transaction timeout with no commit is
-aborted before the broker would abort it (and fence the producer), and one that broke
-meanwhile fails the commit as a fenced one does.
+the transaction begins, AddOffsetsToTxn is answered, a TxnOffsetCommit restates the
+position committed already (the commit's own overwrites it), then the partitions are
+added, one request at a time. The commit is left with the produce and TxnOffsetCommit,
+side by side, and EndTxn: the broker verifies only a transaction's first write to a
+partition, and the restated position was the first to the group's. A partition the
+commit needs beyond those is added before any of its produce goes, for the same reason.
+A stage that decides in well under a round trip (a pipeline) keeps its next transaction
+begun instead (``keep_begun``): once a commit is done, the next begins with the group
+and the partitions the last one wrote to (a fresh one where any partition will do,
+every partition of a topic placed by key). Adding a partition or the group writes
+nothing to a topic, and the restated position changes nothing, so a transaction begun
+early holds no reader back; one its commit does not use is aborted, one kept a third of
+the transaction timeout with no commit is aborted before the broker would abort it (and
+fence the producer), and one that broke meanwhile fails the commit as a fenced one does.
 """
 
 from __future__ import annotations
