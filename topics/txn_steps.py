@@ -221,8 +221,15 @@ def retrieve(future: asyncio.Future) -> None:
 async def stop_quietly(producer: AIOKafkaProducer) -> None:
     try:
         await asyncio.wait_for(producer.stop(), 5)
-    except Exception as err:   # a broken producer: its connections close with it
+    except Exception as err:
+        # A fenced producer's sender, cancelled by ``stop``, raises ProducerFenced from
+        # a transactional request it awaits, and ``stop`` never reaches its client's
+        # close: its connections would stay open. Close them here.
         log.info("producer stop: %r", err)
+        try:
+            await asyncio.wait_for(producer.client.close(), 5)
+        except Exception as err:
+            log.info("producer's client close: %r", err)
     # A fenced producer also fails aiokafka's internal waiters, which nobody awaits once
     # we drop the producer: the transaction's, and each unsent batch's drain waiter.
     # Read them so asyncio does not report them as lost.
