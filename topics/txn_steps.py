@@ -228,8 +228,8 @@ async def stop_quietly(producer: AIOKafkaProducer) -> None:
         log.info("producer stop: %r", err)
         try:
             await asyncio.wait_for(producer.client.close(), 5)
-        except Exception as err:
-            log.info("producer's client close: %r", err)
+        except Exception as close_err:
+            log.info("producer's client close: %r", close_err)
     # A fenced producer also fails aiokafka's internal waiters, which nobody awaits once
     # we drop the producer: the transaction's, and each unsent batch's drain waiter.
     # Read them so asyncio does not report them as lost.
