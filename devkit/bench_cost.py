@@ -7,10 +7,13 @@ Starts a kip of its own (broker, pipeline, a worker per reference model) and mea
 (b) the same with 32-row requests: CPU µs per request and per row;
 (c) sequential interactive MiniLM requests: p50/p99 of the client's wall time and of
     each stage (admission, transport to the worker, batch wait, inference, commit and
-    return), beside raw ONNX Runtime's time for the same inputs in this process;
+    return), beside raw ONNX Runtime's time for the same inputs in this process; and
+    every process's CPU µs per request over them;
 (d) floors on the same broker: the round trip through two chained bare aiokafka
-    transactional hops, and the CPU per event of a bare faust agent that only consumes
-    (devkit/floors.py);
+    transactional hops, back to back, with the CPU µs per trip of the broker and of this
+    process (both hops and their client); the same hops with the second running raw
+    ONNX Runtime on (c)'s texts inline, and what they add over it, paced as (c) is; and
+    the CPU per event of a bare faust agent that only consumes (devkit/floors.py);
 (e) the audit chains: the run's audit records and seals per request, the CPU of linking
     a record and of sealing a transaction (timed here on the run's own records; already
     inside the stages' CPU above), and of ``kip audit verify`` per record.
@@ -95,9 +98,10 @@ async def measure(args) -> dict:
             print(f"(b) {args.batched} requests of 32 rows, all in flight", file=sys.stderr, flush=True)
             report["b_32_rows"] = await all_in_flight(kip, pids, raw, args.batched, 32)
             print(f"(c) {args.sequential} interactive requests, one at a time", file=sys.stderr, flush=True)
-            report["c_sequential"] = await sequential(kip, stack, args.sequential)
+            report["c_sequential"], report["c_cpu_us_per_request"] = await sequential(
+                kip, stack, args.sequential, pids)
         print("(d) floors: two bare transactional hops; a bare faust consumer", file=sys.stderr, flush=True)
-        report["d_floors"] = await _floors(stack, args)
+        report["d_floors"] = await _floors(stack, args, pids["broker"])
         print("(e) audit chains: the run's audit topic", file=sys.stderr, flush=True)
         report["e_audit_chains"] = await _audit_chains(stack)
     return report
@@ -214,9 +218,12 @@ def _all_ok(results: list[InferenceResult]) -> None:
         raise RuntimeError(f"{len(bad)} requests did not succeed, e.g. {bad[0].error}{hint}")
 
 
-async def sequential(kip: KipClient, stack: DevStack, count: int) -> dict:
+async def sequential(kip: KipClient, stack: DevStack, count: int, pids: dict[str, int]
+                     ) -> tuple[dict, dict]:
     """Wall time and stages of ``count`` interactive MiniLM requests one at a time, and
-    raw ONNX Runtime on the same inputs; after ``SEQUENTIAL_WARM_UP`` unmeasured ones
+    raw ONNX Runtime on the same inputs; and each process's CPU µs per request over
+    them (set beside the floor's per trip, it shows where the two part ways). After
+    ``SEQUENTIAL_WARM_UP`` unmeasured ones
     (as the floor discards its first trips): the interactive class's first request
     makes the pipeline claim its input partition, fencing and reading back admitted
     ids, which is a start-up cost and not the unloaded latency (c) is after."""
@@ -226,6 +233,8 @@ async def sequential(kip: KipClient, stack: DevStack, count: int) -> dict:
     stages: dict[str, list[float]] = {k: [] for k in (
         "client_wall", "added_over_inference", "admission", "transport", "batch_wait",
         "inference", "commit_and_return")}
+    meter = CpuMeter(pids)
+    meter.start()
     for text in texts:
         started = time.perf_counter()
         result = await kip.infer("minilm", {"text": [text]}, priority="interactive")
@@ -241,9 +250,10 @@ async def sequential(kip: KipClient, stack: DevStack, count: int) -> dict:
         stages["inference"].append(t.inference_ms)
         stages["commit_and_return"].append(
             received - t.inference_started_at_ms - t.inference_ms)
+    cpu = {name: us / count for name, us in meter.stop().items()}
     out = {k: _p50_p99(v) for k, v in stages.items()}
     out["raw_onnx_runtime"] = _p50_p99(_raw_ms(stack, texts))
-    return out
+    return out, cpu
 
 
 def _raw_ms(stack: DevStack, texts: list[str]) -> list[float]:
@@ -262,14 +272,35 @@ def _p50_p99(values: list[float]) -> dict[str, float]:
             "p99_ms": float(np.percentile(values, 99))}
 
 
-async def _floors(stack: DevStack, args) -> dict:
+async def _floors(stack: DevStack, args, broker_pid: int) -> dict:
     async with dev_client(stack) as kip:   # a real request message as the payload
         payload = encode(kip.request("digits", {"pixels": np.zeros((1, 64), np.float32)}))
     retries = floors.ProduceRetries()
-    trips = await floors.two_hop_round_trip(stack.kafka, payload, args.sequential, retries)
+    meter = CpuMeter({"broker": broker_pid, "hops and client": os.getpid()})
+    trips = await floors.two_hop_round_trip(stack.kafka, payload, args.sequential, retries,
+                                            meter)
+    around = await _around_inference(stack, args.sequential)
     faust_us = await floors.faust_consume_cpu(stack.kafka, payload, args.floor_events)
     trip = _p50_p99(trips) | {"trips": len(trips), "produce_retries": retries.count}
-    return {"two_hop_round_trip": trip, "faust_consume_cpu_us_per_event": faust_us}
+    return {"two_hop_round_trip": trip, "faust_consume_cpu_us_per_event": faust_us,
+            "two_hop_cpu_us_per_trip": {k: us / len(trips) for k, us in meter.spent.items()},
+            "two_hop_around_inference": around}
+
+
+async def _around_inference(stack: DevStack, count: int) -> dict:
+    """The two hops with raw ONNX Runtime inferring (c)'s texts inline in the second, as
+    (c) paces kip: what they add over that inference, and the inference."""
+    session = ModelSession(stack.registry.load_alias("minilm"), device="cpu")
+
+    def infer(value: bytes) -> bytes:
+        session.run([[Tensor.text("text", [value.decode()])]])
+        return value
+
+    infer(b"warm")
+    trips = await floors.two_hop_around(stack.kafka, [t.encode() for t in sentences(count)],
+                                        infer)
+    return {"added": _p50_p99([wall - spent for wall, spent in trips]),
+            "inference": _p50_p99([spent for _, spent in trips]), "trips": len(trips)}
 
 
 async def _audit_chains(stack: DevStack) -> dict:
@@ -304,12 +335,22 @@ def _cpu_us(work, repeat: int = 1) -> float:
 
 
 def _floor_lines(d: dict, added_p50_ms: float) -> list[str]:
-    trip = d["two_hop_round_trip"]
+    trip, around = d["two_hop_round_trip"], d["two_hop_around_inference"]
     return [f"\n(d) floors: two bare transactional hops p50 {trip['p50_ms']:.1f} ms, "
             f"p99 {trip['p99_ms']:.1f} ms, {trip['produce_retries']} produce retries in "
             f"{trip['trips']} trips and their warm-up; bare faust consumer "
             f"{d['faust_consume_cpu_us_per_event']:.0f} µs CPU/event",
-            f"    kip's added latency p50 / floor p50: {added_p50_ms / trip['p50_ms']:.2f}x"]
+            f"    kip's added latency p50 / floor p50: {added_p50_ms / trip['p50_ms']:.2f}x",
+            f"    CPU µs per trip: {_cpu_line(d['two_hop_cpu_us_per_trip'])}",
+            f"  the same hops around raw ONNX Runtime (the second infers (c)'s texts inline): "
+            f"added p50 {around['added']['p50_ms']:.1f} ms, p99 {around['added']['p99_ms']:.1f} "
+            f"ms over inference p50 {around['inference']['p50_ms']:.1f} ms",
+            f"    kip's added latency p50 / this p50: "
+            f"{added_p50_ms / around['added']['p50_ms']:.2f}x"]
+
+
+def _cpu_line(cpu: dict[str, float]) -> str:
+    return ", ".join(f"{name} {us:.0f}" for name, us in cpu.items())
 
 
 def render(report: dict) -> str:
@@ -335,6 +376,7 @@ def render(report: dict) -> str:
     lines.append("\n(c) interactive MiniLM, one at a time (ms):")
     for stage, figures in c.items():
         lines.append(f"  {stage:22} p50 {figures['p50_ms']:7.1f}   p99 {figures['p99_ms']:7.1f}")
+    lines.append(f"  CPU µs per request: {_cpu_line(report['c_cpu_us_per_request'])}")
     lines += _floor_lines(report["d_floors"], c["added_over_inference"]["p50_ms"])
     e = report["e_audit_chains"]
     per_request = (e["records"] * e["link_us_per_record"] + e["seals"]

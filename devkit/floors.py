@@ -10,6 +10,11 @@ what the bare libraries cost with no kip code at all.
   and the produce is answered NOT_ENOUGH_REPLICAS and retried after the backoff. kip's
   stages wait for the produce's ack first (topics/transactions.py). The floor's
   retries are counted, not printed (``ProduceRetries``).
+- ``two_hop_around``: the same hops, the second transforming each record in its hop,
+  inline, before producing it (``kip bench cost``: raw ONNX Runtime on the text the
+  record carries, as kip's worker infers between its two hops); each trip's wall time
+  and the transform's share of it. kip's requests reach the broker and the stages
+  after an inference's pause; back to back, the floor's never wait for a cold broker.
 - ``faust_consume_cpu``: a bare faust agent, in its own process, that only consumes
   events in batches (``take_events(500, within=0.01)``); its CPU per event.
 """
@@ -26,12 +31,14 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 from aiokafka import TopicPartition
 from pydantic import SecretStr
 
+from devkit.cpu import CpuMeter
 from runtime.files import write_private
 from topics.admin import apply
 from topics.catalogue import TopicSpec
@@ -45,9 +52,14 @@ async def _topics(kafka: KafkaConnection, names: list[str]) -> None:
     await apply(kafka, [TopicSpec(n, 1, "any", "a floor probe", {}) for n in names])
 
 
-async def _hop(kafka: KafkaConnection, source: str, target: str, group: str) -> None:
-    """Consume ``source``, produce each record to ``target``, commit offsets, one
-    transaction per fetched batch; until cancelled."""
+Transform = Callable[[bytes], bytes]
+
+
+async def _hop(kafka: KafkaConnection, source: str, target: str, group: str,
+               transform: Transform | None = None, spent: dict | None = None) -> None:
+    """Consume ``source``, produce each record to ``target`` (its value through
+    ``transform`` where given, the ms that took in ``spent`` by the record's key), commit
+    offsets, one transaction per fetched batch; until cancelled."""
     consumer = kafka.consumer(source, group_id=group, auto_offset_reset="earliest")
     producer = kafka.producer(transactional_id=f"{group}-txn", retry_backoff_ms=10,
                               linger_ms=0)
@@ -62,9 +74,19 @@ async def _hop(kafka: KafkaConnection, source: str, target: str, group: str) -> 
             async with producer.transaction():
                 for records in batch.values():
                     for record in records:
-                        await producer.send(target, record.value, key=record.key)
+                        await producer.send(target, _transformed(record, transform, spent),
+                                            key=record.key)
                 await producer.send_offsets_to_transaction(
                     {tp: records[-1].offset + 1 for tp, records in batch.items()}, group)
+
+
+def _transformed(record, transform: Transform | None, spent: dict | None) -> bytes:
+    if transform is None:
+        return record.value
+    started = time.perf_counter()
+    value = transform(record.value)
+    spent[record.key] = (time.perf_counter() - started) * 1000
+    return value
 
 
 class ProduceRetries(logging.Filter):
@@ -92,19 +114,32 @@ class ProduceRetries(logging.Filter):
 
 
 async def two_hop_round_trip(kafka: KafkaConnection, payload: bytes, count: int,
-                             retries: ProduceRetries | None = None) -> list[float]:
+                             retries: ProduceRetries | None = None,
+                             meter: CpuMeter | None = None) -> list[float]:
     """Milliseconds per round trip of ``count`` sequential records; ``retries``, where
-    given, counts the hops' produce retries (the warm-up's included)."""
+    given, counts the hops' produce retries (the warm-up's included); ``meter``, where
+    given, is started after the warm-up and stopped after the last trip."""
     with retries or ProduceRetries():
-        return await _round_trips(kafka, payload, count)
+        trips = await _round_trips(kafka, [payload] * count, meter or CpuMeter({}))
+    return [wall for wall, _ in trips]
 
 
-async def _round_trips(kafka: KafkaConnection, payload: bytes, count: int) -> list[float]:
+async def two_hop_around(kafka: KafkaConnection, payloads: list[bytes], transform: Transform,
+                         retries: ProduceRetries | None = None) -> list[tuple[float, float]]:
+    """(round trip ms, of which ``transform`` ms) for each of ``payloads`` in turn, sent
+    through the two hops with the second applying ``transform``."""
+    with retries or ProduceRetries():
+        return await _round_trips(kafka, payloads, CpuMeter({}), transform)
+
+
+async def _round_trips(kafka: KafkaConnection, payloads: list[bytes], meter: CpuMeter,
+                       transform: Transform | None = None) -> list[tuple[float, float]]:
     run = f"floor-{uuid.uuid4().hex[:8]}"
     a, b, c = (f"{run}.{n}" for n in "abc")
     await _topics(kafka, [a, b, c])
+    spent: dict[bytes, float] = {}
     hops = [asyncio.create_task(_hop(kafka, a, b, f"{run}-1")),
-            asyncio.create_task(_hop(kafka, b, c, f"{run}-2"))]
+            asyncio.create_task(_hop(kafka, b, c, f"{run}-2", transform, spent))]
     consumer = kafka.consumer(group_id=None)
     producer = kafka.producer(linger_ms=0)
     try:
@@ -114,7 +149,12 @@ async def _round_trips(kafka: KafkaConnection, payload: bytes, count: int) -> li
         consumer.assign([tp])
         await consumer.seek_to_end(tp)
         await consumer.position(tp)
-        return [await _one_trip(producer, consumer, a, payload) for _ in range(count + 5)][5:]
+        for _ in range(5):   # warm-up: the hops' first transactions, the first fetches
+            await _one_trip(producer, consumer, a, payloads[0])
+        meter.start()
+        trips = [await _one_trip(producer, consumer, a, payload) for payload in payloads]
+        meter.stop()
+        return [(wall, spent.pop(key, 0.0)) for wall, key in trips]
     finally:
         for task in hops:
             task.cancel()
@@ -123,14 +163,15 @@ async def _round_trips(kafka: KafkaConnection, payload: bytes, count: int) -> li
         await consumer.stop()
 
 
-async def _one_trip(producer, consumer, topic: str, payload: bytes) -> float:
+async def _one_trip(producer, consumer, topic: str, payload: bytes) -> tuple[float, bytes]:
+    """The round trip's ms, and the key it went under."""
     key = uuid.uuid4().hex.encode()
     started = time.perf_counter()
     await producer.send_and_wait(topic, payload, key=key)
     while True:
         for records in (await consumer.getmany(timeout_ms=1000)).values():
             if any(r.key == key for r in records):
-                return (time.perf_counter() - started) * 1000
+                return (time.perf_counter() - started) * 1000, key
 
 
 async def faust_consume_cpu(kafka: KafkaConnection, payload: bytes, events: int,

@@ -80,11 +80,21 @@ def test_a_small_cost_run_reports_every_process_stage_and_floor(registry, capsys
     assert {"admission", "transport", "batch_wait", "inference", "commit_and_return",
             "raw_onnx_runtime"} <= set(stages)
     assert all(v["p50_ms"] >= 0 for v in stages.values())
+    sequential_cpu = report["c_cpu_us_per_request"]
+    assert set(sequential_cpu) == {"broker", "pipeline", "worker minilm", "worker digits",
+                                   "client"}
+    assert sequential_cpu["broker"] > 0 and min(sequential_cpu.values()) >= 0
     d = report["d_floors"]
+    assert set(d["two_hop_cpu_us_per_trip"]) == {"broker", "hops and client"}
+    assert d["two_hop_cpu_us_per_trip"]["broker"] > 0
+    around = d["two_hop_around_inference"]
+    assert around["trips"] == args.sequential
+    assert around["inference"]["p50_ms"] > 0 and around["added"]["p50_ms"] > 0
     assert d["two_hop_round_trip"]["p50_ms"] > 0 and d["faust_consume_cpu_us_per_event"] > 0
     assert d["two_hop_round_trip"]["trips"] == args.sequential
     assert d["two_hop_round_trip"]["produce_retries"] >= 0
     assert "floor p50" in bench_cost.render(report)
+    assert "CPU µs per trip: broker" in bench_cost.render(report)
     assert floors.FAUST_TAKE == 500
 
 
