@@ -7,6 +7,7 @@ messages.
 
 from __future__ import annotations
 
+import gc
 import threading
 import uuid
 from pathlib import Path
@@ -69,6 +70,15 @@ def no_lingering_threads():
     extra = [t for t in threading.enumerate() if t not in before and t.is_alive()
              and not t.daemon]
     assert not extra, f"threads left running: {extra}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def leaks_found_in_their_module():
+    """Collect garbage after each test module: an object left unclosed (an aiokafka
+    connection, say) warns as it is collected, and that warning fails the module that
+    left it rather than whichever later test the collector happened to run in."""
+    yield
+    gc.collect()
 
 
 def repo_root() -> Path:
