@@ -40,9 +40,10 @@ class LeanDrain:
             while not should_stop():
                 self.diag.set_flag(CONSUMER_FETCHING)
                 fetched = [m async for m in self.getmany(timeout=FETCH_TIMEOUT_S)]
-                await asyncio.sleep(0)   # as faust: getmany may not give way to the loop
-                if fetched and not self.should_stop:
+                if fetched and not self.should_stop:   # the delivery gives way to the loop
                     await self._deliver_unless_halted(fetched)
+                else:   # as faust: getmany may not give way to the loop
+                    await asyncio.sleep(0)
                 self.diag.unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
             if not self.transport.app.should_stop:

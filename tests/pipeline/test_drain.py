@@ -117,3 +117,38 @@ def test_a_cancelled_drain_abandons_the_rest_of_its_fetch():
         await asyncio.sleep(0.05)
         return list(consumer.abandoned), list(delivered)   # before asyncio.run's clean-up
     assert asyncio.run(go()) == ([0], [])
+
+
+def test_every_fetch_delivered_or_empty_gives_way_to_the_event_loop():
+    """A fetch answered at once (records already buffered, or none) must not hold the
+    loop: between one fetch and the next, the other tasks get a pass."""
+    async def go():
+        consumer, _ = _consumer()
+        passes, seen = 0, []
+
+        async def ticker():
+            nonlocal passes
+            while True:
+                passes += 1
+                await asyncio.sleep(0)
+
+        fetch_from_queue = consumer.getmany
+
+        async def getmany(timeout):
+            seen.append(passes)
+            async for item in fetch_from_queue(timeout):
+                yield item
+
+        consumer.getmany = getmany
+        for fetch in ([], [0], [], [1, 2], []):   # all there at once: get() never waits
+            consumer.fetches.put_nowait(fetch)
+        tick = asyncio.create_task(ticker())
+        fetcher, drain = await _draining(consumer)
+        await _until(lambda: len(seen) == 6)   # the sixth waits for a fetch
+        fetcher._stopped.set()
+        consumer.fetches.put_nowait([])
+        await asyncio.wait_for(drain, 2)
+        tick.cancel()
+        return seen
+    seen = asyncio.run(go())
+    assert all(later > earlier for earlier, later in zip(seen, seen[1:])), seen
