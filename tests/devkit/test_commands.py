@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from devkit.broker import LocalBroker, free_port
+from devkit.broker import LocalBroker, free_port_run
 
 
 def _stat(pid: int) -> list[str]:
@@ -99,7 +99,7 @@ def test_kip_up_stopped_with_sigterm_stops_its_services_and_leaves_the_broker(re
     home = tmp_path / "home"
     home.mkdir()
     (home / "registry").symlink_to(registry.root)
-    port = free_port()
+    port = free_port_run(2)   # the broker's controller listens on the port after it
     log = tmp_path / "up.out"
     with open(log, "w") as out:
         up = subprocess.Popen(
