@@ -12,7 +12,8 @@ Starts a kip of its own (broker, pipeline, a worker per reference model) and mea
 (d) floors on the same broker: the round trip through two chained bare aiokafka
     transactional hops, back to back, with the CPU µs per trip of the broker and of this
     process (both hops and their client); the same hops with the second running raw
-    ONNX Runtime on (c)'s texts inline, and what they add over it, paced as (c) is; and
+    ONNX Runtime on (c)'s texts inline, and what they add over it, paced as (c) is; the
+    same hops with the first a bare faust agent, as kip's pipeline is a faust agent; and
     the CPU per event of a bare faust agent that only consumes (devkit/floors.py);
 (e) the audit chains: the run's audit records and seals per request, the CPU of linking
     a record and of sealing a transaction (timed here on the run's own records; already
@@ -279,12 +280,14 @@ async def _floors(stack: DevStack, args, broker_pid: int) -> dict:
     meter = CpuMeter({"broker": broker_pid, "hops and client": os.getpid()})
     trips = await floors.two_hop_round_trip(stack.kafka, payload, args.sequential, retries,
                                             meter)
-    around = await _around_inference(stack, args.sequential)
-    faust_us = await floors.faust_consume_cpu(stack.kafka, payload, args.floor_events)
     trip = _p50_p99(trips) | {"trips": len(trips), "produce_retries": retries.count}
+    around = await _around_inference(stack, args.sequential)
+    faust_first = await floors.faust_first_round_trip(stack.kafka, payload, args.sequential)
+    faust_us = await floors.faust_consume_cpu(stack.kafka, payload, args.floor_events)
     return {"two_hop_round_trip": trip, "faust_consume_cpu_us_per_event": faust_us,
             "two_hop_cpu_us_per_trip": {k: us / len(trips) for k, us in meter.spent.items()},
-            "two_hop_around_inference": around}
+            "two_hop_around_inference": around,
+            "two_hop_faust_first": _p50_p99(faust_first) | {"trips": len(faust_first)}}
 
 
 async def _around_inference(stack: DevStack, count: int) -> dict:
@@ -336,6 +339,7 @@ def _cpu_us(work, repeat: int = 1) -> float:
 
 def _floor_lines(d: dict, added_p50_ms: float) -> list[str]:
     trip, around = d["two_hop_round_trip"], d["two_hop_around_inference"]
+    faust_first = d["two_hop_faust_first"]
     return [f"\n(d) floors: two bare transactional hops p50 {trip['p50_ms']:.1f} ms, "
             f"p99 {trip['p99_ms']:.1f} ms, {trip['produce_retries']} produce retries in "
             f"{trip['trips']} trips and their warm-up; bare faust consumer "
@@ -346,7 +350,12 @@ def _floor_lines(d: dict, added_p50_ms: float) -> list[str]:
             f"added p50 {around['added']['p50_ms']:.1f} ms, p99 {around['added']['p99_ms']:.1f} "
             f"ms over inference p50 {around['inference']['p50_ms']:.1f} ms",
             f"    kip's added latency p50 / this p50: "
-            f"{added_p50_ms / around['added']['p50_ms']:.2f}x"]
+            f"{added_p50_ms / around['added']['p50_ms']:.2f}x",
+            f"  the same hops, the first a bare faust agent (one event at a time, in a "
+            f"process of its own): p50 {faust_first['p50_ms']:.1f} ms, p99 "
+            f"{faust_first['p99_ms']:.1f} ms",
+            f"    kip's added latency p50 / this p50: "
+            f"{added_p50_ms / faust_first['p50_ms']:.2f}x"]
 
 
 def _cpu_line(cpu: dict[str, float]) -> str:

@@ -15,6 +15,10 @@ what the bare libraries cost with no kip code at all.
   record carries, as kip's worker infers between its two hops); each trip's wall time
   and the transform's share of it. kip's requests reach the broker and the stages
   after an inference's pause; back to back, the floor's never wait for a cold broker.
+- ``faust_first_round_trip``: the same round trip with the first hop a bare faust agent
+  in its own process (stock faust-streaming, one event at a time, each forwarded in a
+  transaction with its offset, as the aiokafka hop does): the floor of a path whose
+  first stage is a faust agent, as kip's pipeline is.
 - ``faust_consume_cpu``: a bare faust agent, in its own process, that only consumes
   events in batches (``take_events(500, within=0.01)``); its CPU per event.
 """
@@ -31,8 +35,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 from aiokafka import TopicPartition
@@ -46,6 +50,7 @@ from topics.clients import KafkaConnection
 
 FAUST_TAKE = 500
 FAUST_WITHIN_S = 0.01
+FIRST_TRIP_S = 60.0   # a warm-up trip: the hops' first transactions, faust's start
 
 
 async def _topics(kafka: KafkaConnection, names: list[str]) -> None:
@@ -132,33 +137,64 @@ async def two_hop_around(kafka: KafkaConnection, payloads: list[bytes], transfor
         return await _round_trips(kafka, payloads, CpuMeter({}), transform)
 
 
+async def faust_first_round_trip(kafka: KafkaConnection, payload: bytes, count: int,
+                                 retries: ProduceRetries | None = None) -> list[float]:
+    """Milliseconds per round trip of ``count`` sequential records through two hops, the
+    first a bare faust agent in a process of its own, the second the aiokafka hop."""
+    with retries or ProduceRetries():
+        trips = await _round_trips(kafka, [payload] * count, CpuMeter({}), faust_first=True)
+    return [wall for wall, _ in trips]
+
+
 async def _round_trips(kafka: KafkaConnection, payloads: list[bytes], meter: CpuMeter,
-                       transform: Transform | None = None) -> list[tuple[float, float]]:
+                       transform: Transform | None = None, faust_first: bool = False
+                       ) -> list[tuple[float, float]]:
     run = f"floor-{uuid.uuid4().hex[:8]}"
     a, b, c = (f"{run}.{n}" for n in "abc")
     await _topics(kafka, [a, b, c])
     spent: dict[bytes, float] = {}
-    hops = [asyncio.create_task(_hop(kafka, a, b, f"{run}-1")),
-            asyncio.create_task(_hop(kafka, b, c, f"{run}-2", transform, spent))]
+    first = (_faust_hop(kafka, a, b, f"{run}-1") if faust_first
+             else _running(_hop(kafka, a, b, f"{run}-1")))
+    async with first as failed, _running(_hop(kafka, b, c, f"{run}-2", transform, spent)), \
+            _reader(kafka, c) as (producer, consumer):
+        for _ in range(5):   # warm-up: the hops' first transactions, the first fetches
+            try:
+                await asyncio.wait_for(_one_trip(producer, consumer, a, payloads[0]),
+                                       FIRST_TRIP_S)
+            except asyncio.TimeoutError:
+                raise RuntimeError(f"a floor's warm-up trip took over {FIRST_TRIP_S:.0f} s: "
+                                   f"{failed()}") from None
+        meter.start()
+        trips = [await _one_trip(producer, consumer, a, payload) for payload in payloads]
+        meter.stop()
+        return [(wall, spent.pop(key, 0.0)) for wall, key in trips]
+
+
+@asynccontextmanager
+async def _running(hop: Coroutine) -> AsyncIterator[Callable[[], str]]:
+    """``hop`` running as a task while the block runs; yields what says why it failed."""
+    task = asyncio.create_task(hop)
+    try:
+        yield lambda: repr(task.exception()) if task.done() else "the hop still runs"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+@asynccontextmanager
+async def _reader(kafka: KafkaConnection, topic: str) -> AsyncIterator[tuple]:
+    """The floor's client: a producer, and a consumer at the end of ``topic``."""
     consumer = kafka.consumer(group_id=None)
     producer = kafka.producer(linger_ms=0)
     try:
         await producer.start()
         await consumer.start()
-        tp = TopicPartition(c, 0)
+        tp = TopicPartition(topic, 0)
         consumer.assign([tp])
         await consumer.seek_to_end(tp)
         await consumer.position(tp)
-        for _ in range(5):   # warm-up: the hops' first transactions, the first fetches
-            await _one_trip(producer, consumer, a, payloads[0])
-        meter.start()
-        trips = [await _one_trip(producer, consumer, a, payload) for payload in payloads]
-        meter.stop()
-        return [(wall, spent.pop(key, 0.0)) for wall, key in trips]
+        yield producer, consumer
     finally:
-        for task in hops:
-            task.cancel()
-        await asyncio.gather(*hops, return_exceptions=True)
         await producer.stop()
         await consumer.stop()
 
@@ -188,7 +224,8 @@ async def faust_consume_cpu(kafka: KafkaConnection, payload: bytes, events: int,
     finally:
         await producer.stop()
     with tempfile.TemporaryDirectory(prefix="kip-floor-") as datadir:
-        settings = json.dumps({"topic": topic, "events": events, "datadir": datadir,
+        settings = json.dumps({"mode": "consume", "topic": topic, "events": events,
+                               "datadir": datadir,
                                "kafka": str(_connection_file(kafka, Path(datadir)))})
         done = await asyncio.to_thread(
             subprocess.run, [sys.executable, "-m", "devkit.floors", settings],
@@ -199,6 +236,28 @@ async def faust_consume_cpu(kafka: KafkaConnection, payload: bytes, events: int,
     if not found:
         raise RuntimeError(f"the faust floor probe failed: {done.stderr[-2000:]}")
     return json.loads(found[-1])["cpu_us_per_event"]
+
+
+@asynccontextmanager
+async def _faust_hop(kafka: KafkaConnection, source: str, target: str, group: str
+                     ) -> AsyncIterator[Callable[[], str]]:
+    """The bare faust hop running in a process of its own while the block runs; yields
+    what says why it failed (its log's tail)."""
+    with tempfile.TemporaryDirectory(prefix="kip-floor-") as datadir:
+        settings = json.dumps({"mode": "hop", "topic": source, "target": target,
+                               "group": group, "datadir": datadir,
+                               "kafka": str(_connection_file(kafka, Path(datadir)))})
+        log = Path(datadir) / "hop.log"
+        with log.open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "devkit.floors", settings, stdout=out, stderr=out,
+                env=os.environ | {"PYTHONPATH": os.getcwd()})
+        try:
+            yield lambda: "the faust hop's log ends: " + log.read_text(errors="replace")[-2000:]
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
 
 
 def _connection_file(kafka: KafkaConnection, folder: Path) -> Path:
@@ -213,7 +272,8 @@ def _connection_file(kafka: KafkaConnection, folder: Path) -> Path:
 
 
 def _faust_probe(settings: dict) -> None:
-    """The bare faust agent (in its own process): consume, count, report, exit."""
+    """A bare faust agent (in its own process) on ``settings["topic"]``: it consumes,
+    counts, reports and exits (mode "consume"), or forwards each event (mode "hop")."""
     import faust
 
     kafka = KafkaConnection.model_validate_json(Path(settings["kafka"]).read_bytes())
@@ -222,9 +282,14 @@ def _faust_probe(settings: dict) -> None:
                     autodiscover=False,
                     consumer_auto_offset_reset="earliest", topic_replication_factor=1)
     topic = app.topic(settings["topic"], key_serializer="raw", value_serializer="raw")
+    agent = _forward if settings["mode"] == "hop" else _consume
+    app.agent(topic)(agent(kafka, settings))
+    faust.Worker(app, loglevel="WARNING", quiet=True).execute_from_commandline()
+
+
+def _consume(kafka: KafkaConnection, settings: dict):
     seen = {"n": 0, "cpu": 0.0}
 
-    @app.agent(topic)
     async def consume(stream):
         async for events in stream.take_events(FAUST_TAKE, within=FAUST_WITHIN_S):
             if seen["n"] == 0:
@@ -234,7 +299,29 @@ def _faust_probe(settings: dict) -> None:
                 spent = (time.process_time() - seen["cpu"]) * 1e6
                 print(json.dumps({"cpu_us_per_event": spent / seen["n"]}), flush=True)
                 os._exit(0)   # a probe: nothing to clean up
-    faust.Worker(app, loglevel="WARNING", quiet=True).execute_from_commandline()
+    return consume
+
+
+def _forward(kafka: KafkaConnection, settings: dict):
+    """Each event to ``settings["target"]`` in a transaction with its next offset, as the
+    aiokafka hop does (the offsets under a group of their own: faust commits its
+    group's offsets itself)."""
+    group = settings["group"]
+
+    async def forward(stream):
+        producer = kafka.producer(transactional_id=f"{group}-txn", retry_backoff_ms=10,
+                                  linger_ms=0)
+        await producer.start()
+        try:
+            async for event in stream.events():
+                m = event.message
+                async with producer.transaction():
+                    await producer.send(settings["target"], m.value, key=m.key)
+                    await producer.send_offsets_to_transaction(
+                        {TopicPartition(m.topic, m.partition): m.offset + 1}, group)
+        finally:
+            await producer.stop()
+    return forward
 
 
 if __name__ == "__main__":
