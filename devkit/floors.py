@@ -50,6 +50,7 @@ from topics.clients import KafkaConnection
 
 FAUST_TAKE = 500
 FAUST_WITHIN_S = 0.01
+SIDE_BYTES = 200   # about an audit record's size
 FIRST_TRIP_S = 60.0   # a warm-up trip: the hops' first transactions, faust's start
 
 
@@ -61,10 +62,13 @@ Transform = Callable[[bytes], bytes]
 
 
 async def _hop(kafka: KafkaConnection, source: str, target: str, group: str,
-               transform: Transform | None = None, spent: dict | None = None) -> None:
+               transform: Transform | None = None, spent: dict | None = None,
+               sides: tuple[str, ...] = ()) -> None:
     """Consume ``source``, produce each record to ``target`` (its value through
     ``transform`` where given, the ms that took in ``spent`` by the record's key), commit
-    offsets, one transaction per fetched batch; until cancelled."""
+    offsets, one transaction per fetched batch; until cancelled. With ``sides``, each
+    record's first ``SIDE_BYTES`` also go to each of those topics in its transaction,
+    as kip's audit and admitted-ids records ride its stages' transactions."""
     consumer = kafka.consumer(source, group_id=group, auto_offset_reset="earliest")
     producer = kafka.producer(transactional_id=f"{group}-txn", retry_backoff_ms=10,
                               linger_ms=0)
@@ -81,6 +85,9 @@ async def _hop(kafka: KafkaConnection, source: str, target: str, group: str,
                     for record in records:
                         await producer.send(target, _transformed(record, transform, spent),
                                             key=record.key)
+                        for side in sides:
+                            await producer.send(side, record.value[:SIDE_BYTES],
+                                                key=record.key)
                 await producer.send_offsets_to_transaction(
                     {tp: records[-1].offset + 1 for tp, records in batch.items()}, group)
 
@@ -239,13 +246,15 @@ async def faust_consume_cpu(kafka: KafkaConnection, payload: bytes, events: int,
 
 
 @asynccontextmanager
-async def _faust_hop(kafka: KafkaConnection, source: str, target: str, group: str
-                     ) -> AsyncIterator[Callable[[], str]]:
-    """The bare faust hop running in a process of its own while the block runs; yields
-    what says why it failed (its log's tail)."""
+async def _faust_hop(kafka: KafkaConnection, source: str, target: str, group: str,
+                     kip_consumer: bool = False) -> AsyncIterator[Callable[[], str]]:
+    """The bare faust hop running in a process of its own while the block runs, with
+    faust's own consumer or kip's pipeline's (``kip_consumer``: on the agents' loop, its
+    lean drain; pipeline/app.py); yields what says why it failed (its log's tail)."""
     with tempfile.TemporaryDirectory(prefix="kip-floor-") as datadir:
         settings = json.dumps({"mode": "hop", "topic": source, "target": target,
                                "group": group, "datadir": datadir,
+                               "kip_consumer": kip_consumer,
                                "kafka": str(_connection_file(kafka, Path(datadir)))})
         log = Path(datadir) / "hop.log"
         with log.open("wb") as out:
@@ -281,6 +290,9 @@ def _faust_probe(settings: dict) -> None:
                     store="memory://", datadir=settings["datadir"], web_enabled=False,
                     autodiscover=False,
                     consumer_auto_offset_reset="earliest", topic_replication_factor=1)
+    if settings.get("kip_consumer"):
+        from pipeline.app import TransactionalConsumer
+        app.transport.Consumer = TransactionalConsumer
     topic = app.topic(settings["topic"], key_serializer="raw", value_serializer="raw")
     agent = _forward if settings["mode"] == "hop" else _consume
     app.agent(topic)(agent(kafka, settings))
