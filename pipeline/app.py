@@ -11,9 +11,10 @@ transactions. Why not faust's ``exactly_once`` mode: docs/architecture.md.
 State: quota settings and fallbacks come from the control topic, capacity from the
 telemetry topic, bucket levels from the quota-levels topic; each is followed by a
 background task that must have caught up before the first round is decided. Changed
-bucket levels are produced in the round's first transaction. Admitted request ids
-(pipeline/replays.py) are read back per partition when a partition is first seen, and a
-round's are written in that partition's transaction.
+bucket levels are produced in the round's first transaction. A partition is claimed
+(its previous owner fenced, the ids admitted from it read back: pipeline/claims.py) as
+soon as it is assigned, and a round waits for its partitions' claims; a round's
+admitted ids are written in that partition's transaction.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from models.registry import Registry
 from models.signing import configured_trust
 from pipeline.access import AccessConfig
 from pipeline.capacity import CapacityView
+from pipeline.claims import Claims
 from pipeline.control import ControlState, apply_telemetry, publish_control
 from pipeline.health import rollbacks
 from schemas.releases import Releases
@@ -42,7 +44,7 @@ from pipeline.one_loop import OnTheLoop
 from pipeline.follower import TopicFollower
 from pipeline.known_topics import KnownTopics
 from pipeline.quota import Ledger, apply_levels, dump_levels
-from pipeline.replays import SeenRequests, read_admitted
+from pipeline.replays import SeenRequests
 from pipeline.rounds import rounds
 from pipeline.routing import Router
 from pipeline.settings import PipelineSettings
@@ -76,6 +78,8 @@ class PipelineState:
         self.stamp_keys = settings.stamp_keys()
         self.sealing = settings.sealing()
         self.seen = SeenRequests(settings.replay_window_ms)
+        self.claims = Claims(settings.kafka, self.seen,
+                             lambda tp: settings.names.admitted(_class_of(tp, settings)))
         names, kafka = settings.names, settings.kafka
         self.followers = [
             TopicFollower(kafka, names.control, self.control.apply),
@@ -93,20 +97,6 @@ class PipelineState:
         return Context(self.access, self.router, s.names, now, s.replay_window_ms,
                        topics, s.admission, self.ledger, self.capacity,
                        self.control.fallbacks, self.stamp_keys, self.seen)
-
-    async def claim(self, tps: set[TopicPartition], transactions: PartitionTransactions
-                    ) -> None:
-        """Before deciding a partition's first request: fence its previous owner, then
-        read back the ids admitted from it within twice the replay window (a request
-        may be issued up to one window ahead of the clock)."""
-        s = self.settings
-        for tp in tps - self.seen.partitions.keys():
-            await transactions.claim(tp)
-            since = now_ms() - 2 * s.replay_window_ms
-            entries = await read_admitted(s.kafka, s.names.admitted(_class_of(tp, s)),
-                                          tp.partition, since)
-            self.seen.load(tp, entries, now_ms())
-            log.info("%s: %d admitted ids in the replay window", tp, len(entries))
 
     def admitted_records(self, tp: TopicPartition) -> list[Record]:
         topic = self.settings.names.admitted(_class_of(tp, self.settings))
@@ -227,6 +217,7 @@ def _health_gate(state: PipelineState):
 def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
     settings = state.settings
     within_s = settings.round_ms[priority] / 1000
+    topic = settings.names.requests(priority)
 
     async def admit(stream):
         known_topics = KnownTopics(settings.kafka)
@@ -238,19 +229,15 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
             chaining=state.sealing.chaining(settings.names.audit),
             keep_begun=priority == Priority.INTERACTIVE)
 
-        @app.on_partitions_revoked.connect
-        async def release(sender, revoked, **kwargs) -> None:
-            for tp in revoked:
-                await transactions.release(TopicPartition(tp.topic, tp.partition))
-                state.seen.drop(TopicPartition(tp.topic, tp.partition))
-
+        _follow_assignment(app, state, transactions, topic)
         log.info("agent waits for the control and telemetry views")
         await state.ready()
         log.info("agent admits requests")
         try:
             async for events in rounds(stream, settings.take_max, within_s):
-                await state.claim({TopicPartition(e.message.topic, e.message.partition)
-                                   for e in events}, transactions)
+                await state.claims.before_round(
+                    {TopicPartition(e.message.topic, e.message.partition) for e in events},
+                    transactions)
                 ctx = state.context(await known_topics.current())
                 decisions = [decide_safely(e.message.value, _origin(e.message), ctx)
                              for e in events]
@@ -261,9 +248,26 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
             await app.crash(exc)
             raise
         finally:
+            await state.claims.close(topic)
             await known_topics.close()
             await transactions.close()
     return admit
+
+
+def _follow_assignment(app: faust.App, state: PipelineState,
+                       transactions: PartitionTransactions, topic: str) -> None:
+    """Claim the agent's partitions as they are assigned; on a revocation, stop claiming
+    and drop each partition revoked (its ids, its producer)."""
+    @app.on_partitions_revoked.connect
+    async def release(sender, revoked, **kwargs) -> None:
+        for tp in revoked:
+            await state.claims.forget(TopicPartition(tp.topic, tp.partition))
+            await transactions.release(TopicPartition(tp.topic, tp.partition))
+
+    @app.on_partitions_assigned.connect
+    async def claim(sender, assigned, **kwargs) -> None:
+        state.claims.start({TopicPartition(tp.topic, tp.partition) for tp in assigned
+                            if tp.topic == topic}, transactions)
 
 
 def decide_safely(payload: bytes, origin: Origin, ctx: Context) -> Decision:
