@@ -71,6 +71,7 @@ class DevStack:
     mtls: bool = False   # on a secured stack: every process connects with its certificate
     procs: list[subprocess.Popen] = field(default_factory=list)
     logs: dict[int, Path] = field(default_factory=dict)   # pid -> its log file
+    signed: list[Path] = field(default_factory=list)   # signature files it wrote
 
     @cached_property
     def broker(self) -> LocalBroker:
@@ -170,7 +171,15 @@ class DevStack:
         key = keys.model_signing_key(self.settings.model_signing_key_file)
         for alias in aliases:
             mv = self.registry.resolve(alias)
-            sign(mv.path, mv.manifest, key, "kip up", now_ms())
+            self.signed.append(sign(mv.path, mv.manifest, key, "kip up", now_ms()))
+
+    def remove_signatures(self) -> None:
+        """Remove the model signatures this stack wrote. A stack in a temporary home signs
+        with a key that goes with it: left behind, each run's signature would stay in the
+        registry, and every process that routes to or loads the version reads them all."""
+        for path in self.signed:
+            path.unlink(missing_ok=True)
+        self.signed.clear()
 
     def start_services(self, log=print) -> None:
         """The pipeline and one worker per reference model, as child processes."""
@@ -298,6 +307,7 @@ async def own_stack(prefix: str, registry_dir: Path, worker_env: dict[str, str] 
         finally:
             await asyncio.to_thread(stack.stop_services)
             await asyncio.to_thread(broker.stop)
+            stack.remove_signatures()
 
 
 def _own_broker(home: Path, bus: str) -> LocalBroker:
