@@ -66,29 +66,22 @@ def test_an_assigned_partition_is_claimed_before_its_first_round(broker, prefix)
     asyncio.run(scenario())
 
 
-def test_a_round_waits_for_the_claim_running(broker, prefix):
+@pytest.mark.parametrize("failing, claims_made", [(0, 1), (1, 2)],
+                         ids=["waits-for-the-running-claim", "claims-again-after-a-failure"])
+def test_a_round_starts_once_its_partitions_are_claimed(broker, prefix, caplog, failing,
+                                                        claims_made):
+    """A round waits for the claim running in the background; one that failed there
+    is made again by the round."""
     async def scenario():
-        claims, tx, tp = await _setting(broker, prefix)
+        claims, tx, tp = await _setting(broker, prefix, failing=failing)
         async with tx:
             claims.start({tp}, tx)
             await claims.before_round({tp}, tx)
             assert ("acme", "r-1") in claims.seen.partitions[tp]
-            assert tx.claims == 1
-    asyncio.run(scenario())
-
-
-def test_a_claim_that_failed_in_the_background_is_made_again_by_the_round(broker, prefix,
-                                                                           caplog):
-    async def scenario():
-        claims, tx, tp = await _setting(broker, prefix, failing=1)
-        async with tx:
-            claims.start({tp}, tx)
-            await claims.before_round({tp}, tx)
-            assert ("acme", "r-1") in claims.seen.partitions[tp]
-            assert tx.claims == 2
+            assert tx.claims == claims_made
     with caplog.at_level(logging.WARNING, logger="kip.pipeline"):
         asyncio.run(scenario())
-    assert "its first round claims it again" in caplog.text
+    assert ("its first round claims it again" in caplog.text) == bool(failing)
 
 
 def test_a_round_raises_what_its_own_claim_raises(broker, prefix):
