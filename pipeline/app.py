@@ -234,7 +234,7 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
         await state.ready()
         log.info("agent admits requests")
         try:
-            await known_topics.current()   # its first read, waited for: not a request's
+            await known_topics.current()   # read once now: the first request need not wait
             async for events in rounds(stream, settings.take_max, within_s):
                 await state.claims.before_round(
                     {TopicPartition(e.message.topic, e.message.partition) for e in events},
