@@ -56,10 +56,8 @@ from schemas.errors import Internal
 from schemas.messages import Priority
 from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS
 from topics.fetch_waits import wait_long_when_whole
-from topics.names import TopicNames
 from topics.outputs import Record, signed_records
-from topics.transactions import Entry, PartitionTransactions
-from topics.txn_steps import transaction_timeout_ms
+from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
 
 log = logging.getLogger("kip.pipeline")
 HEALTH_GATE_S = 2.0
@@ -229,8 +227,7 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
             owned=lambda tp: tp in app.consumer.assignment(),
             any_partition=settings.names.any_partition,
             chaining=state.sealing.chaining(settings.names.audit),
-            keep_begun=priority == Priority.INTERACTIVE,
-            writes=lambda: _written(known_topics, settings.names, priority))
+            keep_begun=priority == Priority.INTERACTIVE)
 
         _follow_assignment(app, state, transactions, topic)
         log.info("agent waits for the control and telemetry views")
@@ -256,15 +253,6 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
             await known_topics.close()
             await transactions.close()
     return admit
-
-
-async def _written(known_topics: KnownTopics, names: TopicNames, priority: Priority
-                   ) -> list[str]:
-    """The topics an admit agent writes as it admits: its class's work topics, the
-    audit topic and its admitted ids (pipeline/replays.py)."""
-    work = [t for t in await known_topics.current()
-            if t.startswith(f"{names.prefix}.work.") and t.endswith(f".{priority.value}")]
-    return [*work, names.audit, names.admitted(priority)]
 
 
 def _follow_assignment(app: faust.App, state: PipelineState,

@@ -48,7 +48,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
@@ -56,9 +57,9 @@ from aiokafka.errors import KafkaError, ProducerFenced
 from topics.clients import KafkaConnection
 from schemas.audit_chain import ChainHead
 from topics.outputs import Chaining, Record
-from topics.txn_steps import (CommittedOffsets, Entry, Placements, add_group, add_partitions,
-                              broken, by_partition, no_topics, placed, retrieve, send_outputs,
-                              stop_quietly, wait_or_cancel, warm_up)
+from topics.txn_steps import (CommittedOffsets, Placements, add_group, add_partitions,
+                              broken, by_partition, placed, retrieve, send_outputs,
+                              stop_quietly, wait_or_cancel)
 
 log = logging.getLogger("kip.transactions")
 
@@ -77,6 +78,21 @@ Destination = tuple[str, bytes | int | str | None]
 ALL_PARTITIONS = "*"
 
 
+def transaction_timeout_ms(session_timeout_ms: int) -> int:
+    """Two thirds of the consumer session timeout. A paused owner's open transaction is
+    then aborted by the broker before its partitions can move to a new owner, so
+    read_committed readers of the output topics are never held up by a zombie."""
+    return session_timeout_ms * 2 // 3
+
+
+@dataclass
+class Entry:
+    """One input record's offset and every record it produces."""
+
+    offset: int
+    outputs: list[Record] = field(default_factory=list)
+
+
 class PartitionTransactions:
     """Transactional producers keyed by input partition, for one consumer group.
 
@@ -91,16 +107,12 @@ class PartitionTransactions:
     With ``chaining``, each partition's producer is a writer of audit records with a
     hash chain of its own (schemas/audit_chain.py): its head rides as the metadata of
     the partition's committed offset, so the next owner continues it.
-
-    ``writes()`` names the topics the stage writes: a new producer looks up their
-    metadata, and the group's coordinator, before its first commit needs them.
     """
 
     def __init__(self, kafka: KafkaConnection, group_id: str, timeout_ms: int,
                  owned: Callable[[TopicPartition], bool] = lambda tp: True,
                  any_partition: Callable[[str], bool] = lambda topic: False,
-                 chaining: Chaining | None = None, keep_begun: bool = False,
-                 writes: Callable[[], Awaitable[Iterable[str]]] = no_topics) -> None:
+                 chaining: Chaining | None = None, keep_begun: bool = False) -> None:
         self.kafka = kafka
         self.group_id = group_id
         self.timeout_ms = timeout_ms
@@ -108,7 +120,6 @@ class PartitionTransactions:
         self.any_partition = any_partition
         self.chaining = chaining
         self.keep_begun = keep_begun
-        self.writes = writes
         self._producers: dict[TopicPartition, AIOKafkaProducer] = {}
         self._floor: dict[TopicPartition, int] = {}
         self._heads: dict[TopicPartition, ChainHead] = {}
@@ -340,7 +351,6 @@ class PartitionTransactions:
         try:
             await producer.start()
             await producer._txn_manager.wait_for_pid()   # InitProducerId: the fence
-            await warm_up(producer, self.writes, self.group_id)   # never raises
             position = await self._offsets.position(tp)
             self._floor[tp] = position.offset
             if self.chaining is not None:

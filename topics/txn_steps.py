@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 import aiokafka.errors as Errors
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -32,44 +31,9 @@ log = logging.getLogger("kip.transactions")
 # (aiokafka keeps no future for it); a step waits a round trip, a millisecond or two.
 ADDED_POLL_S = 0.0002
 CONCURRENT_RETRY_S = 0.001   # the first retry of CONCURRENT_TRANSACTIONS; doubled after
-WARM_UP_S = 5.0   # a warm-up that takes longer gives way; the first commit looks up the rest
 
 Placement = Callable[[bytes | None], int]   # a record's key -> its partition
 Placements = dict[str, Placement]   # by topic, for one transaction
-
-
-def transaction_timeout_ms(session_timeout_ms: int) -> int:
-    """Two thirds of the consumer session timeout. A paused owner's open transaction is
-    then aborted by the broker before its partitions can move to a new owner, so
-    read_committed readers of the output topics are never held up by a zombie."""
-    return session_timeout_ms * 2 // 3
-
-
-@dataclass
-class Entry:
-    """One input record's offset and every record it produces."""
-
-    offset: int
-    outputs: list[Record] = field(default_factory=list)
-
-
-async def no_topics() -> tuple[str, ...]:
-    return ()
-
-
-async def warm_up(producer: AIOKafkaProducer, writes: Callable[[], Awaitable[Iterable[str]]],
-                  group_id: str) -> None:
-    """Look up now what a new producer's first commit would otherwise look up on its
-    way, one request after another: the metadata of the topics the stage writes (one
-    request for them all) and its group's coordinator (for the TxnOffsetCommit). Best
-    effort: a lookup that fails here, the commit meets again and reports."""
-    async def lookups() -> None:
-        await asyncio.gather(*(producer.client.add_topic(topic) for topic in await writes()))
-        await producer._sender._find_coordinator(CoordinationType.GROUP, group_id)
-    try:
-        await asyncio.wait_for(lookups(), WARM_UP_S)
-    except (KafkaError, OSError) as err:   # asyncio's TimeoutError is an OSError
-        log.info("warming up a producer of %s failed: %r", group_id, err)
 
 
 async def placement(producer: AIOKafkaProducer, topic: str, anywhere: bool) -> Placement:

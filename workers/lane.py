@@ -37,8 +37,7 @@ from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS
 from topics.fetch_waits import wait_long_when_whole
 from topics.names import TopicNames
 from topics.outputs import Output, Sealing, signed_records
-from topics.transactions import Entry, PartitionTransactions
-from topics.txn_steps import transaction_timeout_ms
+from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
 from workers.health import HEALTH
 from workers.batching import group_by
 from workers.outcome import destinations
@@ -161,8 +160,7 @@ def open_lane(settings: WorkerSettings, model: str, name: str, topics: list[str]
         settings.kafka, group, transaction_timeout_ms(settings.session_timeout_ms),
         owned=lambda tp: tp in consumer.assignment(),
         any_partition=settings.names.any_partition,
-        chaining=sealing.chaining(settings.names.audit),
-        writes=lambda: _written(settings.names))
+        chaining=sealing.chaining(settings.names.audit))
     executor = (ThreadPoolExecutor(1, thread_name_prefix="kip-infer") if name else
                 _background_thread("kip-infer-background"))
     # An interactive batch runs in one call: there is no next chunk to prepare.
@@ -171,13 +169,6 @@ def open_lane(settings: WorkerSettings, model: str, name: str, topics: list[str]
                 sealing, settings.names)
     consumer.subscribe(topics, listener=_Revocations(lane))
     return lane
-
-
-async def _written(names: TopicNames) -> list[str]:
-    """The topics a lane writes whatever the request: the shared results topic, the
-    audit topic and the dead letters. Reply topics of their own (``reply_to``) are not
-    listed: knowing them would take the metadata of every topic in the cluster."""
-    return [names.results, names.audit, names.deadletter]
 
 
 class _Revocations(ConsumerRebalanceListener):

@@ -31,18 +31,3 @@ def test_the_view_is_read_again_in_the_background_while_rounds_use_it(broker, pr
         finally:
             await known.close()
     asyncio.run(scenario())
-
-
-def test_callers_before_the_first_read_ends_share_it(broker, prefix):
-    """The claims of a new assignment and the first round ask at once: one admin client,
-    one read, the same view for each."""
-    async def scenario():
-        known = KnownTopics(broker.kafka)
-        try:
-            views = await asyncio.gather(*(known.current() for _ in range(3)))
-            admin = known._admin
-            assert views[0] is views[1] is views[2] and views[0]
-            assert (await known.current()) is views[0] and known._admin is admin
-        finally:
-            await known.close()
-    asyncio.run(scenario())

@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager, contextmanager
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.client import CoordinationType
 from aiokafka.errors import GroupCoordinatorNotAvailableError
 
 from tests.e2e.conftest import read_topic
@@ -274,30 +273,6 @@ def test_a_transaction_begun_early_that_times_out_costs_its_commit_one_retry(bro
             assert await tx.commit(tp, _entries(out, range(3, 6)))
             assert await _committed(tx, tp, 6) == 6
         assert await _values(broker.bootstrap, out) == [f"v{i}".encode() for i in range(6)]
-    asyncio.run(scenario())
-
-
-def test_a_claimed_partition_has_looked_up_what_its_first_commit_needs(broker, prefix):
-    """A producer built for a claim has looked up the metadata of the topics the stage
-    writes and its group's coordinator, so its first commit sends no FindCoordinator
-    (without the lookup it sends one, between AddOffsetsToTxn and TxnOffsetCommit)."""
-    async def scenario():
-        inp, out = await _topics(broker.bootstrap, prefix)
-        tp = TopicPartition(inp, 0)
-
-        async def writes() -> list[str]:
-            return [out]
-        async with PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS,
-                                         writes=writes) as tx:
-            await _group_known(tx, tp)
-            await tx.claim(tp)
-            producer = tx._producers[tp]
-            assert out in producer.client.cluster.topics()
-            assert CoordinationType.GROUP in producer._sender._coordinators
-            with _requests_sent(producer) as sent:
-                assert await tx.commit(tp, _entries(out, range(3)))
-            assert "FindCoordinatorRequest" not in sent
-            assert await _committed(tx, tp, 3) == 3
     asyncio.run(scenario())
 
 
