@@ -41,7 +41,8 @@ every partition of a topic placed by key). Adding a partition or the group write
 nothing to a topic, and the restated position changes nothing, so a transaction begun
 early holds no reader back; one its commit does not use is aborted, one kept a third of
 the transaction timeout with no commit is aborted before the broker would abort it (and
-fence the producer), and one that broke meanwhile fails the commit as a fenced one does.
+fence the producer) and begun again for a minute, and one that broke meanwhile fails
+the commit as a fenced one does.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ TXN_RETRY_BACKOFF_MS = 10
 # where the partition's round came this long after its last commit (docs/benchmarks.md).
 KEEP_AFTER_S = 0.002
 KEEP_WHEN_IDLE_S = 0.006
+KEEP_FOR_S = 60.0   # kept begun again while the partition's last commit is this recent
 
 # A topic and where in it: a key to place by, a partition, or every partition.
 Destination = tuple[str, bytes | int | str | None]
@@ -155,7 +157,7 @@ class PartitionTransactions:
             self._committing.discard(tp)
             self._ended[tp] = loop.time()
         if done and self.keep_begun and idle_s >= KEEP_WHEN_IDLE_S:
-            self._arm(tp, KEEP_AFTER_S, lambda tp: self.begin_early(tp, self._again.pop(tp, [])))
+            self._arm(tp, KEEP_AFTER_S, lambda tp: self.begin_early(tp, self._again.get(tp, [])))
         return done
 
     async def commit_each(self, entries: dict[TopicPartition, list[Entry]]) -> list[bool]:
@@ -248,9 +250,14 @@ class PartitionTransactions:
     def _expire(self, tp: TopicPartition) -> None:
         """A transaction kept begun that no commit has taken is aborted, at a third of
         the transaction timeout: the broker would abort it at the timeout and fence
-        the producer, and the next commit would have to start over."""
+        the producer, and the next commit would have to start over. While the
+        partition's last commit is under ``KEEP_FOR_S`` old, the next is begun again
+        after the abort: requests seconds apart find one begun too."""
         if tp in self._begun and tp not in self._committing:
             self._chain(tp, self._abort_begun(tp))
+            idle_s = asyncio.get_running_loop().time() - self._ended.get(tp, float("-inf"))
+            if idle_s < KEEP_FOR_S and tp in self._again:
+                self.begin_early(tp, self._again[tp])
 
     async def _abort_begun(self, tp: TopicPartition) -> None:
         if self._begun.pop(tp, None) is not None:

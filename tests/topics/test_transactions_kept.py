@@ -1,7 +1,7 @@
 """Transactions kept begun between commits (``keep_begun``, as the pipeline runs them),
 on the real broker: the next commit finds its group and partitions added, a partition
 it lacks is added before any produce goes, and one kept idle is aborted by the stage
-before the broker's timeout would fence its producer."""
+before the broker's timeout would fence its producer, and begun again for a while."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from tests.topics.test_transactions import (TIMEOUT_MS, TRANSACTION_REQUESTS, _c
                                             _create, _requests_sent, _round,
                                             beside_then_end)
 from topics.outputs import Record
+from topics import transactions
 from topics.transactions import Entry, PartitionTransactions
 
 pytestmark = pytest.mark.broker
@@ -91,11 +92,16 @@ def test_a_partition_the_kept_transaction_lacks_is_added_before_any_produce(brok
     asyncio.run(scenario())
 
 
-def test_a_kept_transaction_left_idle_is_aborted_before_the_broker_would(broker, prefix,
-                                                                         caplog):
+@pytest.mark.parametrize("keep_for_s", [60.0, 0.9], ids=["begun-again", "idle-too-long"])
+def test_a_kept_transaction_left_idle_is_aborted_before_the_broker_would(
+        broker, prefix, caplog, monkeypatch, keep_for_s):
     """At a third of the transaction timeout the stage aborts the kept transaction
-    itself, and begins none until the next commit: that commit then needs no new
-    producer (the broker's own abort would have fenced the old one)."""
+    itself, and begins it again while the partition's last commit is under
+    ``KEEP_FOR_S`` old: the next commit, seconds later, finds one begun and needs no
+    new producer (the broker's own abort would have fenced the old one). Idle longer,
+    none is begun until the next commit."""
+    monkeypatch.setattr(transactions, "KEEP_FOR_S", keep_for_s)
+
     async def scenario():
         free, _, keyed = await _topics(broker.bootstrap, prefix)
         tp = _in(prefix)
@@ -103,11 +109,13 @@ def test_a_kept_transaction_left_idle_is_aborted_before_the_broker_would(broker,
             assert await tx.commit(tp, _round(free, keyed, 0, b"first"))
             producer = tx._producers[tp]
             with _requests_sent(producer) as idle:
-                await asyncio.sleep(1.5)
-            assert _transactional(idle)[-1:] == ["EndTxnRequest"]   # the abort, last
-            assert _transactional(idle).count("EndTxnRequest") == 1
-            assert not producer._txn_manager.is_in_transaction()
-            assert await tx.commit(tp, _round(free, keyed, 5, b"later"))
+                await asyncio.sleep(1.8)   # kept at once, aborted ~0.5 s after each begin
+            renewed = keep_for_s > 1.8
+            assert _transactional(idle).count("EndTxnRequest") >= 2
+            assert producer._txn_manager.is_in_transaction() == renewed
+            with _requests_sent(producer) as sent:
+                assert await tx.commit(tp, _round(free, keyed, 5, b"later"))
+            assert beside_then_end(sent) == renewed
             assert tx._producers[tp] is producer
             assert await _committed(tx, tp, 10) == 10
     caplog.set_level(logging.INFO, logger="kip.transactions")
