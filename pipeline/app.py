@@ -57,7 +57,8 @@ from schemas.messages import Priority
 from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS
 from topics.fetch_waits import wait_long_when_whole
 from topics.outputs import Record, signed_records
-from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
+from topics.transactions import Entry, PartitionTransactions
+from topics.txn_steps import transaction_timeout_ms
 
 log = logging.getLogger("kip.pipeline")
 HEALTH_GATE_S = 2.0

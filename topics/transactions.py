@@ -50,7 +50,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
@@ -58,7 +57,7 @@ from aiokafka.errors import KafkaError, ProducerFenced
 from topics.clients import KafkaConnection
 from schemas.audit_chain import ChainHead
 from topics.outputs import Chaining, Record
-from topics.txn_steps import (CommittedOffsets, Placements, add_group, add_partitions,
+from topics.txn_steps import (CommittedOffsets, Entry, Placements, add_group, add_partitions,
                               broken, by_partition, placed, retrieve, send_outputs,
                               stop_quietly, wait_or_cancel)
 
@@ -78,21 +77,6 @@ KEEP_FOR_S = 60.0   # kept begun again while the partition's last commit is this
 # A topic and where in it: a key to place by, a partition, or every partition.
 Destination = tuple[str, bytes | int | str | None]
 ALL_PARTITIONS = "*"
-
-
-def transaction_timeout_ms(session_timeout_ms: int) -> int:
-    """Two thirds of the consumer session timeout. A paused owner's open transaction is
-    then aborted by the broker before its partitions can move to a new owner, so
-    read_committed readers of the output topics are never held up by a zombie."""
-    return session_timeout_ms * 2 // 3
-
-
-@dataclass
-class Entry:
-    """One input record's offset and every record it produces."""
-
-    offset: int
-    outputs: list[Record] = field(default_factory=list)
 
 
 class PartitionTransactions:

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import aiokafka.errors as Errors
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -34,6 +35,21 @@ CONCURRENT_RETRY_S = 0.001   # the first retry of CONCURRENT_TRANSACTIONS; doubl
 
 Placement = Callable[[bytes | None], int]   # a record's key -> its partition
 Placements = dict[str, Placement]   # by topic, for one transaction
+
+
+def transaction_timeout_ms(session_timeout_ms: int) -> int:
+    """Two thirds of the consumer session timeout. A paused owner's open transaction is
+    then aborted by the broker before its partitions can move to a new owner, so
+    read_committed readers of the output topics are never held up by a zombie."""
+    return session_timeout_ms * 2 // 3
+
+
+@dataclass
+class Entry:
+    """One input record's offset and every record it produces."""
+
+    offset: int
+    outputs: list[Record] = field(default_factory=list)
 
 
 async def placement(producer: AIOKafkaProducer, topic: str, anywhere: bool) -> Placement:

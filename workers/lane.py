@@ -37,7 +37,8 @@ from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS
 from topics.fetch_waits import wait_long_when_whole
 from topics.names import TopicNames
 from topics.outputs import Output, Sealing, signed_records
-from topics.transactions import Entry, PartitionTransactions, transaction_timeout_ms
+from topics.transactions import Entry, PartitionTransactions
+from topics.txn_steps import transaction_timeout_ms
 from workers.health import HEALTH
 from workers.batching import group_by
 from workers.outcome import destinations
