@@ -50,8 +50,8 @@ def test_overload_against_budget_and_deadline():
     with pytest.raises(Overloaded, match="class budget of 500") as err:
         check_wait(1500, "interactive", NOW_MS + 10_000, NOW_MS, POLICY)
     assert err.value.retry_after_ms == 1001
-    with pytest.raises(Overloaded, match="time to the deadline of 180"):
-        check_wait(300, "interactive", NOW_MS + 300, NOW_MS, POLICY)   # 60% headroom
+    with pytest.raises(Overloaded, match="time to the deadline of 120"):
+        check_wait(300, "interactive", NOW_MS + 300, NOW_MS, POLICY)   # 40% headroom
 
 
 def test_no_class_may_admit_a_request_too_large_to_forward():
