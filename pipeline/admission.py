@@ -45,7 +45,7 @@ class AdmissionPolicy(BaseModel):
     deadline_headroom: float = Field(
         0.4, gt=0, le=1, description="admit only if the estimated wait fits in this share "
         "of the time left to the deadline: the rest absorbs estimate error and inference "
-        "(at 0.6, 2-6% of admitted batch requests expired under 3x overload)")
+        "(a larger share lets admitted requests expire in the queue under overload)")
 
     def of(self, priority: Priority | str) -> ClassPolicy:
         return self.classes[priority_of(priority)]
