@@ -4,11 +4,13 @@ The pipeline must not produce to a topic that does not exist: with topic auto-cr
 off, the send would wait for metadata, time out, and replay the same message forever.
 Reply topics and work topics are checked against this view before a request is routed.
 
-Only the first read is waited for. After it a background task reads the list again
-every ``max_age_s``, and a round uses the view it has: a metadata request costs 1-5 ms
-on a busy broker, and a round that waited for one every ``max_age_s`` carried it. A
-topic created meanwhile is seen within ``max_age_s`` and one read, busy or idle; a read
-that fails keeps the view it had, and the next one tries again.
+Only the first read is waited for: once, by every caller that comes before it ends (a
+second caller would otherwise ask the admin client for the list before it has started).
+After it a background task reads the list again every ``max_age_s``, and a round uses
+the view it has: a metadata request costs 1-5 ms on a busy broker, and a round that
+waited for one every ``max_age_s`` carried it. A topic created meanwhile is seen within
+``max_age_s`` and one read, busy or idle; a read that fails keeps the view it had, and
+the next one tries again.
 """
 
 from __future__ import annotations
@@ -32,11 +34,14 @@ class KnownTopics:
         self._read_at = float("-inf")
         self._admin: AIOKafkaAdminClient | None = None
         self._reading: asyncio.Task | None = None
+        self._first_read = asyncio.Lock()
 
     async def current(self) -> frozenset[str]:
         if self._known is None:
-            await self._read()
-            self._reading = asyncio.create_task(self._keep_reading())
+            async with self._first_read:   # callers at once read once
+                if self._known is None:
+                    await self._read()
+                    self._reading = asyncio.create_task(self._keep_reading())
         return self._known
 
     async def _read(self) -> None:

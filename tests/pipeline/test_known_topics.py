@@ -31,3 +31,19 @@ def test_the_view_is_read_again_in_the_background_while_rounds_use_it(broker, pr
         finally:
             await known.close()
     asyncio.run(scenario())
+
+
+def test_callers_before_the_first_read_ends_share_it(broker, prefix):
+    """Callers that ask at once before the first read ends: one admin client, one read,
+    one background reader, the same view for each."""
+    async def scenario():
+        known = KnownTopics(broker.kafka)
+        try:
+            views = await asyncio.gather(*(known.current() for _ in range(3)))
+            admin, reading = known._admin, known._reading
+            assert views[0] is views[1] is views[2] and views[0]
+            assert (await known.current()) is views[0]
+            assert known._admin is admin and known._reading is reading
+        finally:
+            await known.close()
+    asyncio.run(scenario())
