@@ -312,16 +312,21 @@ def print_report(report: LoadReport, title: str) -> None:
         ok = s.ok()
         if ok:
             print(f"  {priority.value}: where an ok request's time went (mean ms) - "
-                  + _breakdown(ok))
+                  + stage_breakdown(ok))
             slowest = sorted(ok, key=lambda r: r.timings.total_ms)[-max(1, len(ok) // 100):]
-            print(f"  {priority.value}, slowest 1% ({len(slowest)}) - " + _breakdown(slowest))
+            print(f"  {priority.value}, slowest 1% ({len(slowest)}) - "
+                  + stage_breakdown(slowest))
 
 
-def _breakdown(ok: list) -> str:
+def stage_breakdown(ok: list) -> str:
+    """The worker's timings: admission runs from the client's issue to the pipeline's
+    routing, the worker queue from there to the worker's pull (the pipeline's commit and
+    the worker's fetch included), and total to the result's building."""
     t = [r.timings for r in ok]
+    admission = np.mean([x.admission_ms or 0 for x in t])
     queue = np.mean([x.queue_ms or 0 for x in t])
     wait = np.mean([x.batch_wait_ms or 0 for x in t])
     infer = np.mean([x.inference_ms or 0 for x in t])
     total = np.mean([x.total_ms for x in t])
-    return (f"admission+transport {total - queue - wait - infer:.0f}, worker queue {queue:.0f}, "
-            f"batch wait {wait:.0f}, inference {infer:.0f}, total {total:.0f}")
+    return (f"admission {admission:.0f}, worker queue {queue:.0f}, batch wait {wait:.0f}, "
+            f"inference {infer:.0f}, total {total:.0f}")
