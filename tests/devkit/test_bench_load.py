@@ -27,5 +27,5 @@ def test_the_breakdown_reads_admission_from_the_pipeline_stamp():
     ok = [SimpleNamespace(timings=Timings(admission_ms=a, queue_ms=q, batch_wait_ms=1.0,
                                           inference_ms=8.0, total_ms=a + q + 9.0))
           for a, q in ((10.0, 20.0), (30.0, 40.0))]
-    assert stage_breakdown(ok) == ("admission 20, worker queue 30, batch wait 1, inference 8, "
-                              "total 59")
+    assert stage_breakdown(ok) == (
+        "admission 20, worker queue 30, batch wait 1, inference 8, total 59")
