@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass, field
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -38,6 +40,7 @@ async def apply(kafka: KafkaConnection, specs: list[TopicSpec], replication_fact
                 NewTopic(s.name, s.partitions, replication_factor, topic_configs=s.config)
                 for s in new])
             report.created = [s.name for s in new]
+            await _until_served(admin, report.created)
         old = [s for s in specs if s.name in existing]
         if old:
             await _compare(admin, old, report)
@@ -65,6 +68,29 @@ async def _compare(admin: AIOKafkaAdminClient, specs: list[TopicSpec], report: A
             report.drift.append(f"{spec.name}: " + ", ".join(problems))
         else:
             report.unchanged.append(spec.name)
+
+
+async def _until_served(admin: AIOKafkaAdminClient, names: list[str],
+                        timeout_s: float = 30.0) -> None:
+    """Wait until the broker's metadata names every partition of ``names`` with a
+    leader. A created topic reaches the controller first and the broker that serves
+    metadata a moment later; a client started in between would find no such topic."""
+    give_up = time.monotonic() + timeout_s
+    while True:
+        topics = await admin.describe_topics(names)
+        waiting = [t["topic"] for t in topics if not _served(t)]
+        if not waiting:
+            return
+        if time.monotonic() > give_up:
+            raise TimeoutError(f"created, but after {timeout_s:.0f} s the broker still "
+                               f"serves no leader for {', '.join(sorted(waiting))}: check "
+                               "the broker's log")
+        await asyncio.sleep(0.05)
+
+
+def _served(topic: dict) -> bool:
+    return (topic["error_code"] == 0 and bool(topic["partitions"])
+            and all(p["leader"] >= 0 for p in topic["partitions"]))
 
 
 def _config_by_topic(responses) -> dict[str, dict[str, str]]:
