@@ -18,7 +18,7 @@ from schemas.messages import PRIORITIES
 from schemas.result_signatures import ResultVerifier
 from topics.clients import KafkaConnection
 from topics.names import TopicNames
-from topics.reading import assign_all, reached
+from topics.reading import assign_all, reached, reader_to_end
 
 
 class Tally:
@@ -200,7 +200,7 @@ async def leftover_records(kafka: KafkaConnection, names: TopicNames, models: li
 
 async def _past_committed(kafka: KafkaConnection, admin, group: str, topics: list[str]
                           ) -> int:
-    consumer = kafka.consumer(group_id=None)
+    consumer = reader_to_end(kafka)
     await consumer.start()
     try:
         return await _count_past(consumer, admin, group, topics)

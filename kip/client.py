@@ -39,7 +39,7 @@ from schemas.tensors import Tensor
 from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS, KafkaConnection
 from topics.fetch_waits import wait_long_when_whole
 from topics.names import TopicNames
-from topics.reading import assign_all, reached, seek_to_time
+from topics.reading import assign_all, reached, reader_to_end, seek_to_time
 
 Inputs = list[Tensor] | Mapping[str, np.ndarray | list[str]]
 log = logging.getLogger("kip.client")
@@ -206,7 +206,7 @@ class KipClient:
         end, for the request ids in ``digests`` (id -> sha256 of the message sent): what
         kip answered while nobody listened (a batch job's resume). Each is checked as a
         live one is: the deployment's signature, the id and the digest."""
-        consumer = self.kafka.consumer(group_id=None)
+        consumer = reader_to_end(self.kafka)
         await consumer.start()
         try:
             tps = await assign_all(consumer, self.listening_on, what="reply topic")

@@ -34,7 +34,7 @@ from schemas.errors import DuplicateRequest
 from schemas.messages import InferenceRequest
 from topics.clients import KafkaConnection
 from topics.outputs import Record
-from topics.reading import reached, seek_to_time
+from topics.reading import reached, reader_to_end, seek_to_time
 
 log = logging.getLogger("kip.pipeline")
 Seen = dict[tuple[str, str], int]   # (tenant, request id) -> issued_at_ms
@@ -115,7 +115,7 @@ async def read_admitted(kafka: KafkaConnection, topic: str, partition: int, sinc
     """Every entry committed to ``topic``[``partition``] since ``since_ms`` (record time),
     up to its end now."""
     tp = TopicPartition(topic, partition)
-    consumer = kafka.consumer(group_id=None)
+    consumer = reader_to_end(kafka)
     await consumer.start()
     try:
         consumer.assign([tp])

@@ -12,7 +12,16 @@ from collections.abc import AsyncIterator
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from topics.clients import KafkaConnection
+from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS, KafkaConnection
+
+
+def reader_to_end(kafka: KafkaConnection, **options) -> AIOKafkaConsumer:
+    """A consumer without a group (not started) for reading up to an end. Such a read
+    ends with a fetch past the last transaction's commit marker, which brings no
+    record: at aiokafka's default fetch wait (500 ms) every read would end half a second
+    after its last record."""
+    return kafka.consumer(group_id=None, fetch_max_wait_ms=HOT_PATH_FETCH_MAX_WAIT_MS,
+                          **options)
 
 
 async def assign_all(consumer: AIOKafkaConsumer, topic: str, what: str = "topic"
@@ -60,7 +69,7 @@ async def records_since(kafka: KafkaConnection, topic: str, since_ms: int,
                         what: str = "topic") -> AsyncIterator[ConsumerRecord]:
     """``topic``'s committed records written from ``since_ms`` on, each partition in its
     order: up to the end as it is now (or ``until_ms``), or on and on with ``follow``."""
-    consumer = kafka.consumer(group_id=None)
+    consumer = kafka.consumer(group_id=None) if follow else reader_to_end(kafka)
     try:
         await consumer.start()   # a broker that is not there: closed all the same
         tps = await assign_all(consumer, topic, what=what)

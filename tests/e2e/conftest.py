@@ -22,7 +22,7 @@ from schemas.codec import encode, now_ms
 from schemas.result_signatures import request_sha256
 from schemas.stamps import stamped
 from topics.clients import KafkaConnection
-from topics.reading import assign_all, reached
+from topics.reading import assign_all, reached, reader_to_end
 
 SECRETS = {"acme-k1": "acme-secret", "lim-k1": "lim-secret", "greedy-k1": "greedy-secret",
            "modest-k1": "modest-secret", "restart-k1": "restart-secret"}
@@ -144,7 +144,7 @@ def work_item(s: DevStack, request, stamp: bool = True, **fields) -> WorkItem:
 
 async def read_topic(kafka: KafkaConnection, topic: str) -> list:
     """Every committed record of ``topic`` from the beginning to its current end."""
-    consumer = kafka.consumer(group_id=None)
+    consumer = reader_to_end(kafka)
     await consumer.start()
     try:
         tps = await assign_all(consumer, topic)
