@@ -1,10 +1,11 @@
 """The faust-streaming adapter: requests topics -> ``decide`` -> work / result topics.
 
-Delivery: exactly-once for read_committed readers. A round of up to ``take_max`` events
-(collected for at most its class's ``round_ms`` after its first event; pipeline/rounds.py)
-is decided; then, for each input partition, one Kafka transaction carries every output
-of its events (work item or result, audit record, dead letter) and the partition's next
-offset for faust's consumer group (topics/transactions.py). faust's own offset commits
+Delivery: exactly-once for read_committed readers. A round of up to its class's
+``take_max`` events (collected for at most its class's ``round_ms`` after its first
+event; pipeline/rounds.py) is decided; then, for each input partition, one Kafka
+transaction carries every output of its events (work item or result, audit record, dead
+letter) and the partition's next offset for faust's consumer group
+(topics/transactions.py). faust's own offset commits
 are switched off (``TransactionalConsumer``): kip commits offsets only inside those
 transactions. Why not faust's ``exactly_once`` mode: docs/architecture.md.
 
@@ -62,6 +63,7 @@ from topics.txn_steps import transaction_timeout_ms
 
 log = logging.getLogger("kip.pipeline")
 HEALTH_GATE_S = 2.0
+DECIDE_SLICE = 200   # events decided between two turns of the event loop
 
 
 class PipelineState:
@@ -236,13 +238,12 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
         log.info("agent admits requests")
         try:
             await known_topics.current()   # read once now: the first request need not wait
-            async for events in rounds(stream, settings.take_max, within_s):
+            async for events in rounds(stream, settings.take_max[priority], within_s):
                 await state.claims.before_round(
                     {TopicPartition(e.message.topic, e.message.partition) for e in events},
                     transactions)
                 ctx = state.context(await known_topics.current())
-                decisions = [decide_safely(e.message.value, _origin(e.message), ctx)
-                             for e in events]
+                decisions = await decide_round(events, ctx)
                 await publish(transactions, state, events, decisions)
         except Exception as exc:
             # Offsets of the failed round are not committed: a restart replays it.
@@ -270,6 +271,19 @@ def _follow_assignment(app: faust.App, state: PipelineState,
     async def claim(sender, assigned, **kwargs) -> None:
         state.claims.start({TopicPartition(tp.topic, tp.partition) for tp in assigned
                             if tp.topic == topic}, transactions)
+
+
+async def decide_round(events: list, ctx: Context) -> list[Decision]:
+    """Each event decided, in order; the event loop gets a turn after each
+    ``DECIDE_SLICE`` events, so another agent in this process (interactive) waits
+    behind at most a slice of a long round."""
+    decisions: list[Decision] = []
+    for start in range(0, len(events), DECIDE_SLICE):
+        if start:
+            await asyncio.sleep(0)
+        decisions += [decide_safely(e.message.value, _origin(e.message), ctx)
+                      for e in events[start:start + DECIDE_SLICE]]
+    return decisions
 
 
 def decide_safely(payload: bytes, origin: Origin, ctx: Context) -> Decision:

@@ -17,6 +17,13 @@ from schemas.messages import PRIORITIES, Priority
 # batch request can spare 200 ms, and longer rounds cut the pipeline's and the broker's
 # transaction work (docs/architecture.md, "Rounds").
 DEFAULT_ROUND_MS = {Priority.INTERACTIVE: 0.0, Priority.STANDARD: 20.0, Priority.BATCH: 200.0}
+# A round also closes when it holds this many events. Each round costs the pipeline and
+# the broker one transaction per input partition, and each of those costs the broker as
+# much CPU as hundreds of requests' records; the workers' pulls follow the rounds, so
+# their transactions too. Standard and batch rounds are decided in slices, each
+# followed by a turn of the event loop (``DECIDE_SLICE`` in pipeline/app.py), so a long
+# one holds an interactive agent in the same process back no longer than a short one.
+DEFAULT_TAKE_MAX = {Priority.INTERACTIVE: 200, Priority.STANDARD: 600, Priority.BATCH: 1000}
 
 
 class PipelineSettings(KipSettings):
@@ -24,7 +31,9 @@ class PipelineSettings(KipSettings):
                               "$KIP_HOME/access.json)", validate_default=False)
     replay_window_ms: int = Field(DEFAULT_REPLAY_WINDOW_MS,
                                   description="accepted |now - issued_at_ms|")
-    take_max: int = Field(200, description="requests decided per produce round")
+    take_max: dict[Priority, int] = Field(
+        default_factory=lambda: dict(DEFAULT_TAKE_MAX),
+        description="most requests per round, per class (JSON; one number: every class)")
     round_ms: dict[Priority, float] = Field(
         default_factory=lambda: dict(DEFAULT_ROUND_MS),
         description="longest wait to fill a round after its first event, per class "
@@ -57,6 +66,22 @@ class PipelineSettings(KipSettings):
     def _every_class(cls, rounds: dict[Priority, float]) -> dict[Priority, float]:
         """Classes the setting leaves out keep their defaults."""
         return DEFAULT_ROUND_MS | rounds
+
+    @field_validator("take_max", mode="before")
+    @classmethod
+    def _take_max_per_class(cls, take: object) -> object:
+        """One number is every class's; classes a mapping leaves out keep their
+        defaults."""
+        if isinstance(take, int):
+            return {p: take for p in PRIORITIES}
+        return take
+
+    @field_validator("take_max")
+    @classmethod
+    def _every_class_takes(cls, take: dict[Priority, int]) -> dict[Priority, int]:
+        if any(n < 1 for n in take.values()):
+            raise ValueError("take_max: at least 1 per class")
+        return DEFAULT_TAKE_MAX | take
 
     @model_validator(mode="after")
     def _access_under_home(self) -> PipelineSettings:

@@ -1,10 +1,13 @@
-"""The faust adapter's consumer: offset commits off, fetches that do not wait long."""
+"""The faust adapter: its consumer (offset commits off, fetches that do not wait long)
+and its rounds' decisions."""
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
-from pipeline.app import FetchWaitConsumerThread, TransactionalConsumer, create_app
+from pipeline.app import (DECIDE_SLICE, FetchWaitConsumerThread, TransactionalConsumer,
+                          create_app, decide_round)
 from pipeline.settings import PipelineSettings
 from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS
 
@@ -27,3 +30,32 @@ def test_the_pipeline_consumer_fetches_with_the_hot_path_wait(tmp_path, access):
 
     wait_ms = asyncio.run(consumer_of_its_thread())
     assert wait_ms == HOT_PATH_FETCH_MAX_WAIT_MS < 1500   # faust's own
+
+
+def _event(offset: int) -> SimpleNamespace:
+    return SimpleNamespace(message=SimpleNamespace(
+        value=b"junk", topic="kip.requests.standard", partition=0, offset=offset,
+        key=None, headers=()))
+
+
+def test_a_long_round_gives_the_event_loop_a_turn_after_each_slice(ctx):
+    events = [_event(i) for i in range(2 * DECIDE_SLICE + 50)]
+
+    async def go():
+        turns = 0
+
+        async def another_agent():
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        other = asyncio.create_task(another_agent())
+        decisions = await decide_round(events, ctx)
+        other.cancel()
+        return decisions, turns
+
+    decisions, turns = asyncio.run(go())
+    assert turns == 2   # between the three slices
+    assert [d.audit.request_id for d in decisions] == [
+        f"undecodable.kip.requests.standard.0.{i}" for i in range(len(events))]
