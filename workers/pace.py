@@ -19,7 +19,6 @@ from __future__ import annotations
 
 SMOOTHING = 0.3   # weight of the newest call in the moving average
 GROWTH = 2.0      # the most one call's evidence may raise the fit, as a factor
-PULL_CALLS = 4    # a fast model's background pull: this many calls of ``max_batch``
 
 
 class Pace:
@@ -35,15 +34,6 @@ class Pace:
         before = self._rows_fit.get(version)
         fit = min(rows * self.budget_ms / max(ms, 1e-3), max(rows, before or 0) * GROWTH)
         self._rows_fit[version] = fit if before is None else before + SMOOTHING * (fit - before)
-
-    def pull(self, version: str, max_batch: int) -> int:
-        """Records one background pull takes (answered, then committed together: one
-        transaction per input partition). ``PULL_CALLS`` calls' worth where a call of
-        ``max_batch`` rows fits in the budget (a fast model: each transaction costs the
-        broker about as much as hundreds of its requests' inference), else
-        ``max_batch`` (a slow model: results wait for the whole pull)."""
-        fit = self._rows_fit.get(version)
-        return max_batch * PULL_CALLS if fit is not None and fit >= max_batch else max_batch
 
     def requests_within(self, version: str, rows_per_request: float, cap: int) -> int:
         """Requests of ``rows_per_request`` rows per call: between 1 and ``cap``; 1 until

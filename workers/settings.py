@@ -57,6 +57,5 @@ class WorkerSettings(KipSettings):
     background_pull: int = Field(
         0, ge=0, description="standard/batch records pulled, answered and committed "
         "together (one transaction per input partition), in calls sized as above; 0 = "
-        "four times max_batch for a model that runs max_batch rows within "
-        "background_call_ms, else max_batch. More than one call's worth costs the broker "
-        "fewer transactions per request, and results wait for the whole pull")
+        "max_batch. More than one call's worth costs the broker fewer transactions per "
+        "request, and results wait for the whole pull")

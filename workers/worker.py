@@ -161,8 +161,7 @@ class Worker:
         """Records one batch of ``lane`` takes (answered, then committed together)."""
         if lane.name == "interactive":
             return self.max_batch
-        return (self.settings.background_pull
-                or self.pace.pull(self.served.version, self.max_batch))
+        return self.settings.background_pull or self.max_batch
 
     def _delay_ms(self, lane: Lane) -> float:
         s = self.settings

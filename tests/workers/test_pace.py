@@ -52,16 +52,3 @@ def test_the_remainder_of_a_batch_does_not_pull_the_fit_down():
         for rows in [size] * (32 // size) + [32 % size] * bool(32 % size):
             pace.observe("v", rows, 2.0 + 1.25 * rows)
     assert pace.requests_within("v", rows_per_request=1, cap=32) == 32
-
-
-def test_a_model_that_runs_max_batch_within_the_budget_pulls_four_calls():
-    pace = Pace(10)
-    assert pace.pull("v", max_batch=256) == 256   # untimed: one call's worth
-    pace.observe("v", rows=256, ms=2.0)            # 256 rows in 2 ms
-    assert pace.pull("v", max_batch=256) == 1024
-
-
-def test_a_slow_model_pulls_one_call_of_max_batch():
-    pace = Pace(10)
-    pace.observe("v", rows=8, ms=40.0)             # 5 ms per row
-    assert pace.pull("v", max_batch=256) == 256
