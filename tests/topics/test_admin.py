@@ -1,3 +1,5 @@
+"""``kip topics apply`` on the real broker: what it created is served when it returns."""
+
 import asyncio
 
 import pytest
@@ -5,6 +7,8 @@ import pytest
 from topics.admin import _until_served, apply
 from topics.catalogue import catalogue
 from topics.names import TopicNames
+
+pytestmark = pytest.mark.broker
 
 
 def test_what_apply_created_is_served_when_it_returns(broker, prefix):
