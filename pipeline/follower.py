@@ -13,7 +13,8 @@ from collections.abc import Callable
 
 from runtime import metrics
 from topics.clients import KafkaConnection
-from topics.reading import assign_all, reached
+from topics.fetch_waits import FOLLOWING_FETCH_MAX_WAIT_MS, wait_long_when_whole
+from topics.reading import assign_all, reached, reader_to_end
 
 log = logging.getLogger("kip.pipeline")
 Apply = Callable[[bytes | None, bytes | None], None]
@@ -30,8 +31,9 @@ class TopicFollower:
         self.skipped = 0
 
     async def run(self) -> None:
-        """Apply records until cancelled."""
-        consumer = self.kafka.consumer(group_id=None)
+        """Apply records until cancelled: catching up with short fetch waits (it ends
+        on an empty fetch), then following with long ones."""
+        consumer = reader_to_end(self.kafka)
         await consumer.start()
         try:
             tps = await assign_all(consumer, self.topic)
@@ -45,6 +47,7 @@ class TopicFollower:
                 if not self.caught_up.is_set() and await reached(consumer, ends):
                     log.info("caught up with %s (%s)", self.topic, ends)
                     self.caught_up.set()
+                    wait_long_when_whole(consumer, FOLLOWING_FETCH_MAX_WAIT_MS)
         finally:
             await consumer.stop()
 

@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS, KafkaConnection
+from topics.fetch_waits import FOLLOWING_FETCH_MAX_WAIT_MS, wait_long_when_whole
 
 
 def reader_to_end(kafka: KafkaConnection, **options) -> AIOKafkaConsumer:
@@ -68,13 +69,18 @@ async def records_since(kafka: KafkaConnection, topic: str, since_ms: int,
                         until_ms: int | None = None, follow: bool = False,
                         what: str = "topic") -> AsyncIterator[ConsumerRecord]:
     """``topic``'s committed records written from ``since_ms`` on, each partition in its
-    order: up to the end as it is now (or ``until_ms``), or on and on with ``follow``."""
-    consumer = kafka.consumer(group_id=None) if follow else reader_to_end(kafka)
+    order: up to the end as it is now (or ``until_ms``), or on and on with ``follow``
+    (once caught up, with long fetch waits: topics/fetch_waits.py)."""
+    consumer = reader_to_end(kafka)
     try:
         await consumer.start()   # a broker that is not there: closed all the same
         tps = await assign_all(consumer, topic, what=what)
         ends = await seek_to_time(consumer, tps, since_ms)
+        caught_up = False
         while follow or not await reached(consumer, ends):
+            if follow and not caught_up and await reached(consumer, ends):
+                wait_long_when_whole(consumer, FOLLOWING_FETCH_MAX_WAIT_MS)
+                caught_up = True
             for batch in (await consumer.getmany(timeout_ms=500)).values():
                 for record in batch:
                     if until_ms is None or record.timestamp <= until_ms:
