@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import bisect
 import collections
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from schemas.messages import AuditRecord, InferenceResult
+from schemas.messages import AuditRecord
 
 _LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                       2.5, 5.0, 10.0, 30.0)
@@ -58,12 +59,17 @@ def count_outcomes(stage: str, decided: Iterable[tuple[AuditRecord, str]]) -> No
     or forwards has exactly one, so both stages count the same way. The model of each
     pair is its label, a name the caller vouches for (a model it knows, or "unknown"):
     label values never come from what a sender wrote, or one sender could grow /metrics
-    without bound. One counter update per label set: a round of hundreds of decisions
-    usually has a handful."""
-    counts = collections.Counter((audit.decision, audit.error_code or "", audit.priority or "",
-                                  model) for audit, model in decided)
-    for labels, n in counts.items():
-        REQUESTS.labels(stage, *labels).inc(n)
+    without bound."""
+    count_decisions(stage, ((audit.decision, audit.error_code or "", audit.priority or "",
+                             model) for audit, model in decided))
+
+
+def count_decisions(stage: str, labels: Iterable[tuple[str, str, str, str]]) -> None:
+    """Count decisions of ``stage`` by their labels (decision, code, priority, model):
+    one counter update per label set, as a round of hundreds of decisions usually has a
+    handful."""
+    for values, n in collections.Counter(labels).items():
+        REQUESTS.labels(stage, *values).inc(n)
 
 
 def count_model_refused(stage: str, model: str, err) -> None:
@@ -71,13 +77,22 @@ def count_model_refused(stage: str, model: str, err) -> None:
     MODELS_REFUSED.labels(stage, model, err.reason).inc()
 
 
-def observe_latencies(results: list[InferenceResult], model: str) -> None:
+class Latencies(Protocol):
+    """A terminal result's class and milliseconds (a worker's ``Ended``)."""
+
+    priority: str | None
+    total_ms: float
+    queue_ms: float | None
+    batch_wait_ms: float | None
+
+
+def observe_latencies(results: Sequence[Latencies], model: str) -> None:
     """End-to-end, queue and batch-wait latency of terminal results of ``model``. Each
     label set is looked up once per call, not once per result (a worker batch's results
     have one or two classes), and takes its observations together (``observe_all``)."""
     for priority in {r.priority for r in results}:
         labels = (priority or "", model)
-        timings = [r.timings for r in results if r.priority == priority]
+        timings = [r for r in results if r.priority == priority]
         observe_all(LATENCY.labels("end_to_end", *labels), [t.total_ms / 1000 for t in timings])
         observe_all(LATENCY.labels("queue", *labels),
                     [t.queue_ms / 1000 for t in timings if t.queue_ms is not None])

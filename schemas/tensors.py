@@ -171,17 +171,13 @@ class Tensor(BaseModel):
         batch's output: the array made little-endian and copied out once, each request's
         bytes a slice of that copy, and its array a read-only view of it."""
         arr = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-        datatype = _DATATYPE_OF_KIND.get(arr.dtype.str)
-        if datatype is None or array.dtype.kind in "OUS" or arr.ndim == 0:
+        if not _raw_form(array, arr):
             return [cls.of_output(name, array[a:b]) for a, b in zip(bounds, bounds[1:])]
         data = arr.tobytes()
         decoded = np.frombuffer(data, dtype=arr.dtype).reshape(arr.shape)
-        row_bytes, rest = arr.itemsize * math.prod(arr.shape[1:]), list(arr.shape[1:])
         tensors = []
-        for a, b in zip(bounds, bounds[1:]):
-            raw = binascii.b2a_base64(data[a * row_bytes:b * row_bytes], newline=False)
-            tensor = built(cls, {"name": name, "datatype": datatype, "shape": [b - a, *rest],
-                                 "raw": raw.decode("ascii")})
+        for (a, b), fields in zip(zip(bounds, bounds[1:]), _raw_fields(name, arr, data, bounds)):
+            tensor = built(cls, fields)
             tensor.__dict__["array"] = decoded[a:b]
             tensors.append(tensor)
         return tensors
@@ -202,6 +198,33 @@ class Tensor(BaseModel):
     def text(cls, name: str, texts: list[str]) -> Tensor:
         """A BYTES tensor of shape ``[len(texts)]``."""
         return cls(name=name, datatype="BYTES", shape=[len(texts)], data=list(texts))
+
+
+def output_documents(name: str, array: np.ndarray, bounds: list[int]) -> list[dict]:
+    """What ``Tensor.of_outputs`` makes of a batch's output, each tensor as its JSON
+    document (its fields, absent ones left out) instead of a model: what a worker writes
+    into the results it serves (workers/outcome.py ``served``), where a model per
+    tensor would only be encoded again."""
+    arr = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    if not _raw_form(array, arr):
+        return [t.model_dump(mode="json", exclude_none=True)
+                for t in Tensor.of_outputs(name, array, bounds)]
+    return _raw_fields(name, arr, arr.tobytes(), bounds)
+
+
+def _raw_form(array: np.ndarray, arr: np.ndarray) -> bool:
+    """Whether an output (``arr``: it made little-endian) travels in the raw form."""
+    return arr.dtype.str in _DATATYPE_OF_KIND and array.dtype.kind not in "OUS" and arr.ndim > 0
+
+
+def _raw_fields(name: str, arr: np.ndarray, data: bytes, bounds: list[int]) -> list[dict]:
+    """The fields of each request's raw-form tensor of ``arr`` (its bytes: ``data``)."""
+    datatype = _DATATYPE_OF_KIND[arr.dtype.str]
+    row_bytes, rest = arr.itemsize * math.prod(arr.shape[1:]), list(arr.shape[1:])
+    return [{"name": name, "datatype": datatype, "shape": [b - a, *rest],
+             "raw": binascii.b2a_base64(data[a * row_bytes:b * row_bytes],
+                                        newline=False).decode("ascii")}
+            for a, b in zip(bounds, bounds[1:])]
 
 
 def _plainly_valid(name: str, arr: np.ndarray) -> bool:

@@ -14,22 +14,22 @@ from functools import partial
 from aiokafka.structs import ConsumerRecord
 
 from runtime import metrics
-from schemas.codec import decode
+from schemas.codec import decode, now_ms
 from schemas.errors import DeadlineExceeded, Internal, InvalidRequest, KipError
 from schemas.messages import WorkItem
 from schemas.stamps import StampKeys, check_stamp
 from topics.names import TopicNames
-from topics.outputs import Output
+from topics.outputs import Document, Output
 from workers.batching import ChunkRun, Stages, group_by, run_group
 from workers.checks import check_addressed, check_inputs
-from workers.outcome import Stamps, poisoned, terminal_outputs, undecodable
+from workers.outcome import Stamps, poisoned, served, terminal_outputs, undecodable
 from workers.pace import Pace
 from workers.session import ModelSession, Prepared
 from workers.sessions import Sessions
 
 log = logging.getLogger("kip.worker")
 Pair = tuple[ConsumerRecord, WorkItem]
-Answers = dict[int, list[Output]]   # id(record) -> its outputs
+Answers = dict[int, list[Output | Document]]   # id(record) -> its outputs
 _EXPIRED = DeadlineExceeded("the deadline passed before inference started")
 
 
@@ -166,15 +166,16 @@ def _outputs_of(run: ChunkRun[Pair], session: ModelSession, pulled_ms: float,
     metrics.BATCH_SIZE.labels(model).observe(stamps.batch_size)
     metrics.LATENCY.labels("inference", "", model).observe(
         (stamps.finished_ms - stamps.started_ms) / 1000)
+    now = now_ms()
     for (record, item), out in zip(run.live, run.outputs):
-        answers[id(record)] = terminal_outputs(item, stamps, names, outputs=out)
+        answers[id(record)] = served(item, stamps, names, out, now)
     return answers
 
 
 def _stages(session: ModelSession, preparer: Executor | None) -> Stages[Pair]:
     """The session's two steps on work items, the next chunk prepared ahead where the
     session asks for it (``ModelSession.prepare_ahead``)."""
-    return Stages(partial(_prepare, session), session.execute,
+    return Stages(partial(_prepare, session), session.execute_documents,
                   preparer if session.prepare_ahead else None)
 
 

@@ -14,7 +14,8 @@ from bisect import bisect_left
 
 import numpy as np
 
-from schemas.messages import InferenceResult, Status, VersionHealth
+from schemas.messages import Status, VersionHealth
+from workers.outcome import Ended
 
 COUNTED = {Status.OK, Status.FAILED}
 
@@ -29,16 +30,15 @@ class HealthWindow:
         self.window_s = window_s
         self._versions: dict[str, _VersionWindow] = {}
 
-    def observe(self, result: InferenceResult, now_s: float | None = None) -> None:
-        failed = result.error is not None and result.error.code == "INFERENCE_FAILED"
-        if result.model_version is None or (result.status not in COUNTED) or \
-                (result.status == Status.FAILED and not failed):
+    def observe(self, ending: Ended, now_s: float | None = None) -> None:
+        failed = ending.error_code == "INFERENCE_FAILED"
+        if ending.model_version is None or (ending.status not in COUNTED) or \
+                (ending.status == Status.FAILED and not failed):
             return
-        window = self._versions.get(result.model_version)
+        window = self._versions.get(ending.model_version)
         if window is None:
-            window = self._versions[result.model_version] = _VersionWindow()
-        window.add(time.monotonic() if now_s is None else now_s, failed,
-                   result.timings.inference_ms)
+            window = self._versions[ending.model_version] = _VersionWindow()
+        window.add(time.monotonic() if now_s is None else now_s, failed, ending.inference_ms)
 
     def snapshot(self, now_s: float | None = None) -> dict[str, VersionHealth]:
         since = (time.monotonic() if now_s is None else now_s) - self.window_s

@@ -31,17 +31,18 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from runtime import metrics
-from schemas.messages import AuditRecord, InferenceResult, WorkItem
+from schemas.messages import WorkItem
 from topics.catalogue import MAX_MESSAGE_BYTES
 from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS
 from topics.fetch_waits import wait_long_when_whole
 from topics.names import TopicNames
-from topics.outputs import Output, Sealing, signed_records
+from topics.outputs import Document, Output, Sealing, signed_records
 from topics.transactions import Entry, PartitionTransactions
 from topics.txn_steps import transaction_timeout_ms
+from workers.answers import Answers
 from workers.health import HEALTH
 from workers.batching import group_by
-from workers.outcome import destinations
+from workers.outcome import destinations, ended
 from workers.settings import WorkerSettings
 
 BACKGROUND_NICE = 10
@@ -101,12 +102,11 @@ class Lane:
             self.transactions.begin_early(
                 tp, [d for _, item in group for d in destinations(item, self.names)])
 
-    def commit(self, batch: list[ConsumerRecord], answers: dict[int, list[Output]]) -> None:
+    def commit(self, batch: list[ConsumerRecord], answers: Answers) -> None:
         """Start committing ``batch`` with its outputs, in the background."""
         self.committing.append(asyncio.create_task(self._commit(batch, answers)))
 
-    async def _commit(self, batch: list[ConsumerRecord], answers: dict[int, list[Output]]
-                      ) -> None:
+    async def _commit(self, batch: list[ConsumerRecord], answers: Answers) -> None:
         """One transaction per input partition. A partition lost meanwhile is not ours to
         commit: its new owner answers those records, and we do not count them."""
         groups = group_by(batch, lambda r: TopicPartition(r.topic, r.partition))
@@ -195,16 +195,15 @@ class _Revocations(ConsumerRebalanceListener):
         await self.lane.transactions.claim_each(assigned)
 
 
-def _observe(answers: list[list[Output]], model: str) -> None:
-    """Count each committed request once, by its final audit record, with its
-    latencies: once per batch, so each label set is looked up once."""
-    messages = [output.message for outputs in answers for output in outputs]
-    metrics.count_outcomes("worker", [(m, model) for m in messages
-                                      if isinstance(m, AuditRecord)])
-    results = [m for m in messages if isinstance(m, InferenceResult)]
-    metrics.observe_latencies(results, model)
-    for result in results:
-        HEALTH.observe(result)
+def _observe(answers: list[list[Output | Document]], model: str) -> None:
+    """Count each committed request once, by its ending, with its latencies: once per
+    batch, so each label set is looked up once."""
+    endings = [found for outputs in answers if (found := ended(outputs)) is not None]
+    metrics.count_decisions("worker", [(e.status, e.error_code or "", e.priority or "", model)
+                                       for e in endings])
+    metrics.observe_latencies(endings, model)
+    for ending in endings:
+        HEALTH.observe(ending)
 
 
 def _background_thread(prefix: str) -> ThreadPoolExecutor:

@@ -4,19 +4,21 @@ poison, a dead letter (pure functions over ``schemas.outcomes`` and ``topics.out
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from aiokafka.structs import ConsumerRecord
 
 from schemas import codec
 from schemas.deadletter import dead_letter
 from schemas.errors import Internal, KipError
-from schemas.messages import AuditRecord, InferenceResult, Status, Timings, WorkItem
+from schemas.messages import (SCHEMA_VERSION, AuditRecord, InferenceResult, Status,
+                              Timings, WorkItem)
 from schemas.outcomes import Coordinates, audit_record, error_info, status_of
 from schemas.outcomes import undecodable as undecodable_ending
 from schemas.tensors import Tensor
 from schemas.trusted import built
 from topics.names import TopicNames
-from topics.outputs import Output, ending
+from topics.outputs import Document, Output, ending
 
 STAGE = "worker"
 
@@ -58,15 +60,57 @@ def terminal(item: WorkItem, stamps: Stamps, now_ms: int, outputs: list[Tensor] 
 
 
 def _timings(item: WorkItem, s: Stamps, now_ms: int) -> Timings:
-    started = s.started_ms
-    return built(Timings, dict(
+    return built(Timings, _timing_fields(item, s, now_ms))
+
+
+def _timing_fields(item: WorkItem, s: Stamps, now_ms: int) -> dict:
+    """The fields of the timings, floats all (as their model makes them; ``served``
+    writes them without the model)."""
+    started = None if s.started_ms is None else float(s.started_ms)
+    return dict(
         admission_ms=float(max(0, item.routed_at_ms - item.request.issued_at_ms)),
-        queue_ms=max(0.0, s.pulled_ms - item.routed_at_ms),
+        queue_ms=float(max(0.0, s.pulled_ms - item.routed_at_ms)),
         batch_wait_ms=None if started is None else max(0.0, started - s.pulled_ms),
         inference_ms=None if started is None or s.finished_ms is None
         else s.finished_ms - started,
         total_ms=float(max(0, now_ms - item.request.issued_at_ms)),
-        inference_started_at_ms=started))
+        inference_started_at_ms=started)
+
+
+def served(item: WorkItem, stamps: Stamps, names: TopicNames, outputs: list[dict],
+           now_ms: int) -> list[Document]:
+    """What ``terminal_outputs`` writes for a (stamped) work item its inference served,
+    with ``outputs`` as their documents (``ModelSession.execute_documents``): the result
+    and the final audit record as the documents of their fields, not models
+    (topics/outputs.py ``Document``). The hot path of every worker: the same fields, in
+    the same order, as ``terminal`` (tests/workers/test_outcome.py checks both)."""
+    request, route = item.request, item.route
+    timings = _present(_timing_fields(item, stamps, now_ms))
+    result = _present({
+        "schema_version": SCHEMA_VERSION, "request_id": request.request_id,
+        "request_sha256": item.request_sha256, "tenant": request.tenant,
+        "priority": request.priority, "status": Status.OK, "model": request.model,
+        "model_name": route.model_name, "model_version": route.model_version,
+        "artifact_sha256": route.artifact_sha256, "fallback_from": route.fallback_from,
+        "outputs": outputs, "timings": timings, "batch_size": stamps.batch_size,
+        "traceparent": request.traceparent, "produced_at_ms": now_ms})
+    audit = _present({
+        "schema_version": SCHEMA_VERSION, "request_id": request.request_id, "stage": STAGE,
+        "decision": Status.OK, "final": True, "tenant": request.tenant,
+        "key_id": request.key_id, "priority": request.priority, "model": request.model,
+        "model_name": route.model_name, "model_version": route.model_version,
+        "artifact_sha256": route.artifact_sha256, "fallback_from": route.fallback_from,
+        "route_revision": route.revision, "request_sha256": item.request_sha256,
+        "timings": timings, "payload_bytes": 0, "traceparent": request.traceparent,
+        "at_ms": now_ms})
+    trace = request.traceparent
+    return [Document(reply_topic(item, names), InferenceResult, result, trace),
+            Document(names.audit, AuditRecord, audit, trace)]
+
+
+def _present(fields: dict) -> dict:
+    """``fields`` without the absent (None) ones, as ``encode`` leaves them out."""
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def terminal_outputs(item: WorkItem, stamps: Stamps, names: TopicNames,
@@ -113,10 +157,47 @@ def undecodable(record: ConsumerRecord, err: KipError, names: TopicNames) -> lis
     return ending(names, names.results, end.result, end.audit, end.deadletter)
 
 
-def ran_inference(outputs: list[Output]) -> bool:
-    """Whether the result among ``outputs`` says its inference ran (a loop, not ``any``
-    over a generator: it runs for every request)."""
+class Ended(NamedTuple):
+    """What a worker's metrics and health window read of one request's ending: its
+    result's class, status, error code, version and milliseconds."""
+
+    priority: str | None
+    status: str
+    error_code: str | None
+    model_version: str | None
+    total_ms: float
+    queue_ms: float | None
+    batch_wait_ms: float | None
+    inference_ms: float | None
+
+    @classmethod
+    def of_result(cls, r: InferenceResult) -> Ended:
+        t = r.timings
+        return cls(r.priority, r.status, r.error and r.error.code, r.model_version,
+                   t.total_ms, t.queue_ms, t.batch_wait_ms, t.inference_ms)
+
+    @classmethod
+    def of_fields(cls, r: dict) -> Ended:
+        """Of a result given as the document of its fields (``served``)."""
+        t, error = r["timings"], r.get("error")
+        return cls(r.get("priority"), r["status"], error and error["code"],
+                   r.get("model_version"), t["total_ms"], t.get("queue_ms"),
+                   t.get("batch_wait_ms"), t.get("inference_ms"))
+
+
+def ended(outputs: list[Output | Document]) -> Ended | None:
+    """The ending of the request whose outputs these are (a loop, not ``any`` over a
+    generator: it runs for every request)."""
     for output in outputs:
-        if isinstance(output.message, InferenceResult):
-            return output.message.timings.inference_ms is not None
-    return False
+        if isinstance(output, Document):
+            if output.kind is InferenceResult:
+                return Ended.of_fields(output.fields)
+        elif isinstance(output.message, InferenceResult):
+            return Ended.of_result(output.message)
+    return None
+
+
+def ran_inference(outputs: list[Output | Document]) -> bool:
+    """Whether the result among ``outputs`` says its inference ran."""
+    found = ended(outputs)
+    return found is not None and found.inference_ms is not None

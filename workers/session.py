@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,7 @@ import numpy as np
 from models.preprocess import padded, token_ids
 from models.registry import LoadedVersion
 from schemas.errors import InferenceFailed
-from schemas.tensors import NUMPY_DTYPES, Tensor
+from schemas.tensors import NUMPY_DTYPES, Tensor, output_documents
 from workers import cuda
 from workers.buckets import CPU_CALL_TOKENS, CUDA_CALL_TOKENS, length_buckets
 
@@ -148,9 +149,18 @@ class ModelSession:
 
     def execute(self, prepared: Prepared) -> list[list[Tensor]]:
         """Run what ``prepare`` made: outputs per request, in order."""
+        return self._split(prepared, Tensor.of_outputs)
+
+    def execute_documents(self, prepared: Prepared) -> list[list[dict]]:
+        """``execute``, each output tensor as its JSON document (``output_documents``):
+        what a worker writes into the results it serves."""
+        return self._split(prepared, output_documents)
+
+    def _split(self, prepared: Prepared, per_request: Callable[[str, np.ndarray, list[int]],
+                                                               list]) -> list[list]:
         outputs = self._infer(prepared)
         bounds = [0, *itertools.accumulate(prepared.rows)]
-        by_output = [Tensor.of_outputs(name, out, bounds)
+        by_output = [per_request(name, out, bounds)
                      for name, out in zip(self.output_names, outputs)]
         return [list(tensors) for tensors in zip(*by_output)]
 

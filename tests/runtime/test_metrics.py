@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 from prometheus_client import REGISTRY
 
 from runtime import metrics
@@ -40,12 +42,9 @@ def _latency(kind: str, priority: str, model: str) -> tuple[float, float]:
 
 
 def test_latencies_are_observed_per_result_under_each_results_class():
-    from schemas.messages import InferenceResult, Status, Timings
-
-    def result(priority: str, queue_ms: float | None) -> InferenceResult:
-        return InferenceResult(request_id="r", status=Status.OK, priority=priority,
-                               timings=Timings(total_ms=20.0, queue_ms=queue_ms),
-                               produced_at_ms=1)
+    def result(priority: str, queue_ms: float | None) -> SimpleNamespace:
+        return SimpleNamespace(priority=priority, total_ms=20.0, queue_ms=queue_ms,
+                               batch_wait_ms=None)
     keys = [(kind, priority, "m-lat") for kind in ("end_to_end", "queue")
             for priority in ("interactive", "batch")]
     before = [_latency(*k) for k in keys]

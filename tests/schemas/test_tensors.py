@@ -5,7 +5,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from schemas.tensors import Tensor
+from schemas.tensors import Tensor, output_documents
 
 
 def test_raw_form_round_trips_little_endian_bytes():
@@ -104,3 +104,12 @@ def test_a_batchs_outputs_are_each_requests_rows_as_one_tensor(array):
     for tensor, expected in zip(split, alone):
         assert np.array_equal(tensor.array, expected.array) and not tensor.array.flags.writeable
         assert tensor.array.dtype == expected.array.dtype and tensor.digest() == expected.digest()
+    assert output_documents("out", array, bounds) == [
+        t.model_dump(mode="json", exclude_none=True) for t in alone]
+
+
+def test_outputs_outside_the_raw_form_are_documented_as_their_tensors():
+    words = np.array(["a", "bc", "d"])
+    assert output_documents("words", words, [0, 2, 3]) == [
+        {"name": "words", "datatype": "BYTES", "shape": [2], "data": ["a", "bc"]},
+        {"name": "words", "datatype": "BYTES", "shape": [1], "data": ["d"]}]

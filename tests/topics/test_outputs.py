@@ -7,10 +7,11 @@ from schemas.errors import InvalidRequest
 from schemas.messages import InferenceResult, Status
 from schemas.outcomes import Coordinates, undecodable
 from topics.names import TopicNames
-from topics.outputs import Output, Sealing, ending, signed_records
+from topics.outputs import Document, Output, Sealing, ending, signed_records
 from schemas.result_signatures import ResultSigningKey
 
 NAMES = TopicNames("t")
+TRACE = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
 SIGNING_KEY = ResultSigningKey.generate()
 SEALING = Sealing(SIGNING_KEY.signer())
 
@@ -83,3 +84,24 @@ def _audit(request_id: str):
     from schemas.messages import AuditRecord
     return AuditRecord(request_id=request_id, stage="worker", decision="ok", final=True,
                        payload_bytes=0, at_ms=1)
+
+
+def test_a_document_is_sealed_as_its_message_would_be():
+    """A message written as the document of its fields (``Document``) is kept, keyed
+    and encoded as the same message written as a model."""
+    from schemas.messages import AuditRecord, DeadLetterRecord
+    from schemas.pseudonyms import PseudonymKey
+
+    audit = AuditRecord(request_id="r-1", stage="worker", decision="ok", final=True,
+                        tenant="acme", key_id="acme-k1", payload_bytes=0, at_ms=1)
+    dead = DeadLetterRecord(request_id="r-1", origin_topic="t.work.m.batch", origin_partition=0,
+                            origin_offset=3, error_code="INVALID_REQUEST", reason="bad",
+                            payload_b64="e30=", payload_sha256="0" * 64, payload_bytes=2,
+                            at_ms=1)
+    keyed = Sealing(SIGNING_KEY.signer(), pseudonym_key=PseudonymKey.generate("p1"))
+    for sealing in (SEALING, keyed, Sealing(SIGNING_KEY.signer(), keep_payloads=True)):
+        for message in (audit, dead):
+            fields = message.model_dump(mode="json", exclude_none=True)
+            document = Document("t.x", type(message), fields, TRACE)
+            assert document.record(sealing) == Output(
+                "t.x", message, document.traceparent).record(sealing)

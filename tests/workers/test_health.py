@@ -7,14 +7,15 @@ import numpy as np
 
 from schemas.messages import ErrorInfo, InferenceResult, Status, Timings
 from workers.health import HealthWindow
+from workers.outcome import Ended
 
 
 def _result(version: str, status: Status = Status.OK, code: str | None = None,
-            inference_ms: float | None = 2.0) -> InferenceResult:
-    return InferenceResult(request_id="r", status=status, model_version=version,
-                           error=code and ErrorInfo(code=code, message="m"),
-                           timings=Timings(total_ms=5.0, inference_ms=inference_ms),
-                           produced_at_ms=1)
+            inference_ms: float | None = 2.0) -> Ended:
+    return Ended.of_result(InferenceResult(
+        request_id="r", status=status, model_version=version,
+        error=code and ErrorInfo(code=code, message="m"),
+        timings=Timings(total_ms=5.0, inference_ms=inference_ms), produced_at_ms=1))
 
 
 def test_failures_and_p99_per_version_over_the_window():

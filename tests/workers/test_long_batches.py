@@ -64,7 +64,7 @@ def test_inference_longer_than_the_session_timeout_keeps_the_partitions(broker, 
         settings.ensure_keys()
         async with Worker(settings) as worker:
             for session in worker.sessions.loaded.values():
-                session.execute = _slowed(session.execute)
+                session.execute_documents = _slowed(session.execute_documents)
             group = names.worker_group("digits")
             revoked_before = _revoked(group)
             item = stamped(_work_item(registry, names), settings.stamp_keys())

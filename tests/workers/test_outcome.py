@@ -4,14 +4,21 @@ from aiokafka.structs import ConsumerRecord
 from schemas import DeadlineExceeded, InferenceFailed, InvalidRequest, Status
 from schemas.codec import decode, encode
 from schemas.messages import Route, WorkItem
-from schemas.tensors import Tensor
+from schemas.pseudonyms import PseudonymKey
+from schemas.result_signatures import ResultSigningKey
+from schemas.tensors import Tensor, output_documents
 from tests.pipeline.conftest import NOW_MS, signer
 from topics.names import TopicNames
-from topics.outputs import key_of
-from workers.outcome import (Stamps, destinations, poisoned, ran_inference, terminal,
-                             terminal_outputs, undecodable)
+from topics.outputs import Sealing, key_of
+from workers.outcome import (Stamps, destinations, ended, poisoned, ran_inference, served,
+                             terminal, terminal_outputs, undecodable)
 
 NAMES = TopicNames("t")
+RESULT_KEY = ResultSigningKey.generate()
+
+
+def signer_key():
+    return RESULT_KEY.signer()
 
 
 def _item() -> WorkItem:
@@ -102,3 +109,37 @@ def test_only_a_result_whose_inference_ran_counts_as_inferred():
     assert not ran_inference(terminal_outputs(_item(), Stamps(NOW_MS), NAMES,
                                               error=DeadlineExceeded("late")))
     assert not ran_inference(undecodable(_record(b"{"), InvalidRequest("bad"), NAMES))
+
+
+def _served_pair(item: WorkItem, stamps: Stamps, names: TopicNames = NAMES):
+    """``served`` and ``terminal_outputs`` for the same served request, at one instant."""
+    arrays = {"probabilities": np.linspace(0, 1, 30, dtype=np.float32).reshape(3, 10),
+              "label": np.arange(3)}
+    docs = [[output_documents(n, a, [0, 3])[0] for n, a in arrays.items()]]
+    tensors = [Tensor.of_outputs(n, a, [0, 3])[0] for n, a in arrays.items()]
+    now = NOW_MS + 30
+    with_message = terminal_outputs(item, stamps, names, outputs=tensors)
+    for output, message in zip(with_message, terminal(item, stamps, now, tensors)):
+        object.__setattr__(output, "message", message)   # the same instant as ``served``
+    return served(item, stamps, names, docs[0], now), with_message
+
+
+def test_a_served_request_is_written_as_terminal_outputs_would_write_it():
+    """The documents ``served`` writes are the bytes of the messages ``terminal``
+    builds, with every optional field there or absent, under each sealing."""
+    stamps = Stamps(pulled_ms=NOW_MS + 15, started_ms=NOW_MS + 20, finished_ms=NOW_MS + 23,
+                    batch_size=3)
+    route = _item().route.model_copy(update={"fallback_from": "digits@v0", "revision": 7})
+    items = [_item(), _item().model_copy(update={
+        "request_sha256": "b" * 64, "reply_to": "t.results.team-a", "route": route,
+        "request": _item().request.model_copy(update={"traceparent": "00-" + "1" * 32 + "-"
+                                                      + "2" * 16 + "-01"})})]
+    sealings = [Sealing(signer_key()),
+                Sealing(signer_key(), pseudonym_key=PseudonymKey.generate())]
+    for item in items:
+        documents, messages = _served_pair(item, stamps)
+        for sealing in sealings:
+            for document, output in zip(documents, messages, strict=True):
+                assert document.record(sealing) == output.record(sealing)
+        assert [e.is_result for e in documents] == [True, False]
+        assert ended(documents) == ended(messages) and ran_inference(documents)

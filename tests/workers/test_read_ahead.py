@@ -27,7 +27,7 @@ def test_the_next_batch_waits_in_line_and_commits_in_order(broker, registry, pre
                                         background_pull=PULL, background_min_batch=PULL)
         async with Worker(settings) as worker:
             for session in worker.sessions.loaded.values():
-                session.execute = _slowed(session.execute, CALL_S)
+                session.execute_documents = _slowed(session.execute_documents, CALL_S)
             commits, answering = _watch(worker)
             items, decoded = await _answered_from_one_partition(broker, registry, names,
                                                                 settings, REQUESTS)
