@@ -49,7 +49,7 @@ from pipeline.replays import SeenRequests
 from pipeline.rounds import rounds
 from pipeline.routing import Router
 from pipeline.settings import PipelineSettings
-from runtime import collector, metrics
+from runtime import allocator, collector, metrics
 from runtime.files import private_dir
 from runtime.memory import fix_mmap_threshold
 from schemas.codec import now_ms
@@ -191,11 +191,13 @@ def _follow(state: PipelineState):
 
 
 def _settle(state: PipelineState):
-    """Once the views have caught up, settle the collector (runtime/collector.py): once
-    per process, however many agents it runs."""
+    """Once the views have caught up, settle the collector (runtime/collector.py) and
+    keep freed memory (runtime/allocator.py): once per process, however many agents it
+    runs."""
     async def settle() -> None:
         await state.ready()
         collector.settle()
+        allocator.keep_freed()
     return settle
 
 

@@ -21,7 +21,7 @@ from aiokafka.structs import ConsumerRecord
 
 from models.registry import Registry
 from models.signing import configured_trust
-from runtime import collector, metrics
+from runtime import allocator, collector, metrics
 from schemas.codec import encode, headers, now_ms
 from schemas.messages import PRIORITIES, Priority
 from workers.answers import Answering, answer
@@ -214,4 +214,5 @@ async def run(settings: WorkerSettings) -> None:
     metrics.serve(settings.metrics_port, settings.metrics_host)
     async with Worker(settings) as worker:
         collector.settle()   # once started: runtime/collector.py
+        allocator.keep_freed()   # runtime/allocator.py
         await worker.wait()
