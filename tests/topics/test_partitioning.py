@@ -40,3 +40,15 @@ def test_known_values_of_javas_murmur2():
 
 def _u32(signed: int) -> int:
     return signed & 0xFFFFFFFF
+
+
+def test_a_key_placed_again_lands_where_the_default_partitioner_puts_it():
+    """The second placement of a key (a result's audit record, on a topic with another
+    partition count) reads the hash kept from the first."""
+    rng = random.Random(13)
+    for _ in range(500):
+        key = rng.randbytes(32).hex().encode()
+        for count in (3, 7, 3):
+            partitions = list(range(count))
+            assert key_partition(key, partitions) == \
+                DefaultPartitioner()(key, partitions, partitions)
