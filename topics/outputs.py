@@ -83,7 +83,7 @@ class Document:
     records (workers/outcome.py ``served``), every field read off a validated work item,
     taken from its clocks or from outputs its session checked. orjson writes the same
     bytes ``encode`` writes for the validated message (tests/topics/test_outputs.py), for
-    a fifth of the CPU, and no model is built only to be encoded."""
+    a third of the CPU or less, and no model is built only to be encoded."""
 
     topic: str
     kind: type[Message]
