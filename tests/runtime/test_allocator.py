@@ -21,24 +21,37 @@ libc = ctypes.CDLL(ctypes.util.find_library("c"))
 libc.mallinfo2.restype = Info
 if sys.argv[1] == "keep":
     assert keep_freed()
+mapped = libc.mallinfo2().hblks
+fetched = bytearray(4 << 20)   # a large buffer (a fetch response): a mapping of its own?
+mapped = libc.mallinfo2().hblks - mapped
 records = [bytes(2000) for _ in range(10_000)]   # 20 MB, each past pymalloc's small blocks
 del records
-print(libc.mallinfo2().keepcost)
+print(libc.mallinfo2().keepcost, mapped)
 """
 
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
 
 
-def _kept_after_freeing(mode: str) -> int:
+def _after_freeing(mode: str) -> tuple[int, int]:
+    """Bytes kept at the top of the heap after a batch is freed, and the blocks mapped
+    on their own with a large buffer alive."""
     run = subprocess.run([sys.executable, "-c", FREE_A_BATCH, mode], capture_output=True,
                          text=True, check=True, cwd=Path(__file__).parents[2])
-    return int(run.stdout)
+    kept, mapped = run.stdout.split()
+    return int(kept), int(mapped)
 
 
 @glibc
 def test_a_freed_batch_stays_with_the_process():
-    assert _kept_after_freeing("default") < 1024 * 1024 < 16 * 1024 * 1024 < \
-        _kept_after_freeing("keep")
+    assert _after_freeing("default")[0] < 1024 * 1024 < 16 * 1024 * 1024 < \
+        _after_freeing("keep")[0]
+
+
+@glibc
+def test_a_large_buffer_still_comes_from_the_heap():
+    """Keeping freed memory turns off glibc's sliding mmap threshold; without a fixed
+    one, every large buffer would be a fresh mapping, its pages faulted in each time."""
+    assert _after_freeing("keep")[1] == 0 < _after_freeing("default")[1]
 
 
 @glibc
