@@ -81,6 +81,7 @@ class PipelineState:
         self.stamp_keys = settings.stamp_keys()
         self.sealing = settings.sealing()
         self.seen = SeenRequests(settings.replay_window_ms)
+        self.known_topics = KnownTopics(settings.kafka)   # each agent's, shared()
         self.claims = Claims(settings.kafka, self.seen,
                              lambda tp: settings.names.admitted(_class_of(tp, settings)))
         names, kafka = settings.names, settings.kafka
@@ -225,7 +226,7 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
     topic = settings.names.requests(priority)
 
     async def admit(stream):
-        known_topics = KnownTopics(settings.kafka)
+        known_topics = state.known_topics.shared()
         transactions = PartitionTransactions(   # this agent's partitions only
             settings.kafka, app.conf.id,
             transaction_timeout_ms(settings.session_timeout_ms),

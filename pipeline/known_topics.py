@@ -11,6 +11,10 @@ the view it has: a metadata request costs 1-5 ms on a busy broker, and a round t
 waited for one every ``max_age_s`` carried it. A topic created meanwhile is seen within
 ``max_age_s`` and one read, busy or idle; a read that fails keeps the view it had, and
 the next one tries again.
+
+A pipeline process keeps one view for all its agents, each of which takes it with
+``shared()`` and closes it once: each read asks the broker for the metadata of every
+topic, and three agents with a view each read it three times as often for one answer.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ log = logging.getLogger("kip.pipeline")
 class KnownTopics:
     def __init__(self, kafka: KafkaConnection, max_age_s: float = 2.0) -> None:
         self.kafka = kafka
+        self._users = 0   # those that took it with shared() and have not closed it
         self.max_age_s = max_age_s
         self._known: frozenset[str] | None = None
         self._read_at = float("-inf")
@@ -60,7 +65,15 @@ class KnownTopics:
                 log.warning("reading the topic list failed (%r); keeping the one read "
                             "%.0f s ago", err, time.monotonic() - self._read_at)
 
+    def shared(self) -> KnownTopics:
+        """This view, for one more user that closes it once: the last close stops it."""
+        self._users += 1
+        return self
+
     async def close(self) -> None:
+        self._users -= 1
+        if self._users > 0:
+            return
         if self._reading is not None:
             self._reading.cancel()
             await asyncio.gather(self._reading, return_exceptions=True)

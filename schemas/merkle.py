@@ -13,6 +13,7 @@ prefixes keep a leaf from ever passing for a node, or a node for a leaf.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 HASH_BYTES = 32
 
@@ -43,9 +44,12 @@ def root_and_paths(leaves: list[bytes]) -> tuple[bytes, list[list[bytes]]]:
     return level[0], paths
 
 
-def root_from_path(leaf: bytes, index: int, size: int, path: list[bytes]) -> bytes | None:
+def root_from_path(leaf: bytes, index: int, size: int, path: list[bytes],
+                   hash_node: Callable[[bytes, bytes], bytes] = node_hash) -> bytes | None:
     """The root that ``path`` ties leaf ``index`` of a tree of ``size`` leaves to, or
-    None where no tree of that size has such a path (RFC 9162 2.1.3.2)."""
+    None where no tree of that size has such a path (RFC 9162 2.1.3.2). ``hash_node``
+    is ``node_hash``, or a memo of it: the results of a batch share their paths' upper
+    nodes."""
     if not 0 <= index < size:
         return None
     fn, sn, r = index, size - 1, leaf
@@ -53,10 +57,10 @@ def root_from_path(leaf: bytes, index: int, size: int, path: list[bytes]) -> byt
         if sn == 0:
             return None
         if fn & 1 or fn == sn:
-            r = node_hash(sibling, r)
+            r = hash_node(sibling, r)
             while not fn & 1 and fn != 0:
                 fn, sn = fn >> 1, sn >> 1
         else:
-            r = node_hash(r, sibling)
+            r = hash_node(r, sibling)
         fn, sn = fn >> 1, sn >> 1
     return r if sn == 0 else None

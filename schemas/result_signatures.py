@@ -35,6 +35,7 @@ their own.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 
@@ -52,6 +53,7 @@ RESULT_SCHEME = b"kip-result-v1\n"
 BATCH_SCHEME = b"kip-result-batch-v1\n"
 MAX_BATCH = 1 << 20          # results under one signature: a path of at most 20 hashes
 REMEMBERED_BATCHES = 4096    # verified batch signatures a verifier keeps
+REMEMBERED_NODES = 1 << 14   # node hashes a verifier keeps (~2 MB)
 _PLACE = re.compile(r"[0-9]{1,7}")
 _HEX64 = r"^[0-9a-f]{64}$"
 
@@ -133,6 +135,9 @@ class ResultVerifier:
     def __init__(self, keys: dict[str, Ed25519PublicKey]) -> None:
         self._keys = keys
         self._batches: dict[tuple[str, bytes], None] = {}   # verified: oldest first
+        # The results of a batch arrive together and share their paths' upper nodes: the
+        # second result of a pair hashes nothing twice, the rest of a batch little.
+        self._node_hash = functools.lru_cache(maxsize=REMEMBERED_NODES)(merkle.node_hash)
 
     def valid(self, value: bytes, headers) -> bool:
         """Whether ``headers`` hold a signature of ``value`` by a trusted key, alone or
@@ -160,7 +165,8 @@ class ResultVerifier:
             return False
         root = merkle.root_from_path(
             merkle.leaf_hash(value), int(index), int(size),
-            [hashes[i:i + merkle.HASH_BYTES] for i in range(0, len(hashes), merkle.HASH_BYTES)])
+            [hashes[i:i + merkle.HASH_BYTES] for i in range(0, len(hashes), merkle.HASH_BYTES)],
+            self._node_hash)
         return root is not None and self._signed(key_id, signature,
                                                  batch_message(int(size), root))
 

@@ -30,7 +30,7 @@ import numpy as np
 from models.preprocess import padded, token_ids
 from models.registry import LoadedVersion
 from schemas.errors import InferenceFailed
-from schemas.tensors import NUMPY_DTYPES, Tensor, output_documents
+from schemas.tensors import NUMPY_DTYPES, Tensor, all_finite, output_documents
 from workers import cuda
 from workers.buckets import CPU_CALL_TOKENS, CUDA_CALL_TOKENS, length_buckets
 
@@ -229,6 +229,6 @@ def _check(outputs: list[np.ndarray], names: list[str], rows: int) -> None:
     for name, out in zip(names, outputs, strict=True):
         if out.shape[0] != rows:
             raise InferenceFailed(f"output '{name}' has {out.shape[0]} rows for {rows} inputs")
-        if out.dtype.kind == "f" and not np.isfinite(out).all():
+        if not all_finite(out):
             raise InferenceFailed(f"output '{name}' holds NaN or infinity")
 

@@ -47,3 +47,20 @@ def test_callers_before_the_first_read_ends_share_it(broker, prefix):
         finally:
             await known.close()
     asyncio.run(scenario())
+
+
+def test_a_shared_view_reads_on_until_its_last_user_closes_it(broker):
+    """The agents of one pipeline process share one view: one agent's close leaves the
+    others' view reading; the last close stops it and its admin client."""
+    async def scenario():
+        known = KnownTopics(broker.kafka, max_age_s=0.1)
+        first, second = known.shared(), known.shared()
+        assert first is second is known
+        await first.current()
+        await first.close()
+        reading = known._reading
+        await asyncio.sleep(0.3)
+        assert not reading.done() and known._admin is not None
+        await second.close()
+        assert reading.done() and known._admin is None
+    asyncio.run(scenario())

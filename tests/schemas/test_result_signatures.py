@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from schemas import merkle
+from schemas.merkle import node_hash
 from schemas.result_signatures import (MAX_BATCH, ResultKeys, ResultSigningKey,
                                        SIGNATURE_HEADER)
 
@@ -58,3 +60,19 @@ def test_a_single_result_signature_never_passes_as_a_batch_one_or_back():
     assert not verifier.valid(VALUES[0], _with(_headers()[0], 2, single))
     batch = _headers()[0][1].decode().split(":")[2]
     assert not verifier.valid(VALUES[0], [(SIGNATURE_HEADER, f"ed25519:r1:{batch}".encode())])
+
+
+def test_the_results_of_a_batch_share_their_paths_node_hashes(monkeypatch):
+    """Six results: the tree's five nodes are hashed once each, not once per path
+    (3 + 3 + 3 + 3 + 2 + 2 = 16 times), and every path still reaches the signed root."""
+    hashed = []
+
+    def counted(left: bytes, right: bytes) -> bytes:
+        hashed.append((left, right))
+        return node_hash(left, right)
+
+    headers = _headers()
+    monkeypatch.setattr(merkle, "node_hash", counted)
+    verifier = _verifier()
+    assert all(verifier.valid(v, [h]) for v, h in zip(VALUES, headers))
+    assert len(hashed) == len(set(hashed)) == 5
