@@ -53,7 +53,7 @@ RESULT_SCHEME = b"kip-result-v1\n"
 BATCH_SCHEME = b"kip-result-batch-v1\n"
 MAX_BATCH = 1 << 20          # results under one signature: a path of at most 20 hashes
 REMEMBERED_BATCHES = 4096    # verified batch signatures a verifier keeps
-REMEMBERED_NODES = 1 << 14   # node hashes a verifier keeps (~2 MB)
+REMEMBERED_NODES = 1 << 12   # node hashes a verifier keeps (~1.4 MB; a batch of n has n - 1)
 _PLACE = re.compile(r"[0-9]{1,7}")
 _HEX64 = r"^[0-9a-f]{64}$"
 
