@@ -36,13 +36,13 @@ from topics.catalogue import MAX_MESSAGE_BYTES
 from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS
 from topics.fetch_waits import wait_long_when_whole
 from topics.names import TopicNames
-from topics.outputs import Document, Output, Sealing, signed_records
+from topics.outputs import Sealing, signed_records
 from topics.transactions import Entry, PartitionTransactions
 from topics.txn_steps import transaction_timeout_ms
 from workers.answers import Answers
 from workers.health import HEALTH
 from workers.batching import group_by
-from workers.outcome import destinations, ended
+from workers.outcome import Ended, destinations
 from workers.settings import WorkerSettings
 
 BACKGROUND_NICE = 10
@@ -102,11 +102,14 @@ class Lane:
             self.transactions.begin_early(
                 tp, [d for _, item in group for d in destinations(item, self.names)])
 
-    def commit(self, batch: list[ConsumerRecord], answers: Answers) -> None:
-        """Start committing ``batch`` with its outputs, in the background."""
-        self.committing.append(asyncio.create_task(self._commit(batch, answers)))
+    def commit(self, batch: list[ConsumerRecord], answers: Answers,
+               endings: dict[int, Ended | None]) -> None:
+        """Start committing ``batch`` with its outputs, in the background; ``endings``
+        (``workers.outcome.ended`` of each record's outputs) are counted once committed."""
+        self.committing.append(asyncio.create_task(self._commit(batch, answers, endings)))
 
-    async def _commit(self, batch: list[ConsumerRecord], answers: Answers) -> None:
+    async def _commit(self, batch: list[ConsumerRecord], answers: Answers,
+                      endings: dict[int, Ended | None]) -> None:
         """One transaction per input partition. A partition lost meanwhile is not ours to
         commit: its new owner answers those records, and we do not count them."""
         groups = group_by(batch, lambda r: TopicPartition(r.topic, r.partition))
@@ -114,7 +117,7 @@ class Lane:
                                                          self.sealing)))
         done = await self.transactions.commit_each(
             {tp: [Entry(r.offset, signed[id(r)]) for r in rs] for tp, rs in groups.items()})
-        _observe([answers[id(r)] for rs, committed in zip(groups.values(), done)
+        _observe([endings[id(r)] for rs, committed in zip(groups.values(), done)
                   if committed for r in rs], self.model)
 
     async def start(self) -> None:
@@ -195,10 +198,10 @@ class _Revocations(ConsumerRebalanceListener):
         await self.lane.transactions.claim_each(assigned)
 
 
-def _observe(answers: list[list[Output | Document]], model: str) -> None:
+def _observe(committed: list[Ended | None], model: str) -> None:
     """Count each committed request once, by its ending, with its latencies: once per
     batch, so each label set is looked up once."""
-    endings = [found for outputs in answers if (found := ended(outputs)) is not None]
+    endings = [e for e in committed if e is not None]
     metrics.count_decisions("worker", [(e.status, e.error_code or "", e.priority or "", model)
                                        for e in endings])
     metrics.observe_latencies(endings, model)

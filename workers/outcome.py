@@ -197,7 +197,6 @@ def ended(outputs: list[Output | Document]) -> Ended | None:
     return None
 
 
-def ran_inference(outputs: list[Output | Document]) -> bool:
-    """Whether the result among ``outputs`` says its inference ran."""
-    found = ended(outputs)
-    return found is not None and found.inference_ms is not None
+def ran_inference(ending: Ended | None) -> bool:
+    """Whether a request's ending (``ended``) says its inference ran."""
+    return ending is not None and ending.inference_ms is not None

@@ -28,7 +28,7 @@ from workers.answers import Answering, answer
 from workers.batching import by_class, next_batch
 from workers.health import HEALTH
 from workers.lane import Lane, open_lane
-from workers.outcome import ran_inference
+from workers.outcome import ended, ran_inference
 from workers.pace import Pace
 from workers.preload import preload
 from workers.priority import Prioritizer, backlog_by_class
@@ -183,12 +183,13 @@ class Worker:
                                                          self.max_batch)), s.names,
                             lane.begin_early if interactive else None, lane.preparer)
             answers = await answer(records, pulled, how)
-            inferred += sum(ran_inference(outputs) for outputs in answers.values())
+            endings = {key: ended(outputs) for key, outputs in answers.items()}
+            inferred += sum(ran_inference(e) for e in endings.values())
             if n == 0:
                 if before is not None:
                     await asyncio.wait([before])   # its errors are the loop's to raise
                 await lane.settle()
-            lane.commit(records, answers)
+            lane.commit(records, answers, endings)
         return inferred
 
     async def _report(self) -> None:

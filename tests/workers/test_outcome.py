@@ -105,10 +105,10 @@ def test_terminal_messages_encode_as_their_validated_selves():
 
 def test_only_a_result_whose_inference_ran_counts_as_inferred():
     ran = Stamps(pulled_ms=NOW_MS, started_ms=NOW_MS + 1, finished_ms=NOW_MS + 2, batch_size=1)
-    assert ran_inference(terminal_outputs(_item(), ran, NAMES, outputs=[]))
-    assert not ran_inference(terminal_outputs(_item(), Stamps(NOW_MS), NAMES,
-                                              error=DeadlineExceeded("late")))
-    assert not ran_inference(undecodable(_record(b"{"), InvalidRequest("bad"), NAMES))
+    assert ran_inference(ended(terminal_outputs(_item(), ran, NAMES, outputs=[])))
+    assert not ran_inference(ended(terminal_outputs(_item(), Stamps(NOW_MS), NAMES,
+                                                    error=DeadlineExceeded("late"))))
+    assert not ran_inference(ended(undecodable(_record(b"{"), InvalidRequest("bad"), NAMES)))
 
 
 def _served_pair(item: WorkItem, stamps: Stamps, names: TopicNames = NAMES):
@@ -142,4 +142,4 @@ def test_a_served_request_is_written_as_terminal_outputs_would_write_it():
             for document, output in zip(documents, messages, strict=True):
                 assert document.record(sealing) == output.record(sealing)
         assert [e.is_result for e in documents] == [True, False]
-        assert ended(documents) == ended(messages) and ran_inference(documents)
+        assert ended(documents) == ended(messages) and ran_inference(ended(documents))
