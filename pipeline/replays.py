@@ -18,13 +18,18 @@ admitted would mean deciding them all again (docs/architecture.md, "Replays").
 
 Only admitted ids count: a rejected request (quota, overload) may be sent again under its
 id, and an unauthenticated message never takes an id from its tenant.
+
+Ids are forgotten a bucket at a time: each is filed under its ``issued_at_ms`` rounded
+down to ``BUCKET_MS``, and a bucket goes once all of it is older than the window, so an
+id is kept for the window and at most ``BUCKET_MS`` more. Forgetting costs the ids
+forgotten, not all the window holds: a pass over every id (600,000 of them at 2,000
+requests/s) held the event loop ~0.2 s, and every request of the process waited on it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 import orjson
 from aiokafka import TopicPartition
@@ -37,8 +42,9 @@ from topics.outputs import Record
 from topics.reading import reached, reader_to_end, seek_to_time
 
 log = logging.getLogger("kip.pipeline")
-Seen = dict[tuple[str, str], int]   # (tenant, request id) -> issued_at_ms
-SWEEP_EVERY_S = 10.0
+Key = tuple[str, str]   # (tenant, request id)
+Seen = dict[Key, int]   # -> issued_at_ms
+BUCKET_MS = 2000
 MAX_IDS_PER_RECORD = 5000
 
 
@@ -50,7 +56,8 @@ class SeenRequests:
         self.window_ms = window_ms
         self.partitions: dict[TopicPartition, Seen] = {}
         self.unwritten: dict[TopicPartition, list[list]] = {}
-        self._swept = time.monotonic()
+        self._buckets: dict[TopicPartition, dict[int, list[Key]]] = {}
+        self._kept_from = 0   # the oldest bucket kept at the last sweep
 
     def check(self, tp: TopicPartition, request: InferenceRequest) -> None:
         """Raise ``DuplicateRequest`` if ``request``'s id was admitted in the window."""
@@ -61,21 +68,26 @@ class SeenRequests:
                                    "result is its answer")
 
     def admit(self, tp: TopicPartition, request: InferenceRequest) -> None:
+        self._remember(tp, (request.tenant, request.request_id), request.issued_at_ms)
         entry = [request.tenant, request.request_id, request.issued_at_ms]
-        self.partitions.setdefault(tp, {})[(request.tenant, request.request_id)] = \
-            request.issued_at_ms
         self.unwritten.setdefault(tp, []).append(entry)
 
     def load(self, tp: TopicPartition, entries: list, now_ms: int) -> None:
-        seen = self.partitions.setdefault(tp, {})
+        self.partitions.setdefault(tp, {})
         for tenant, request_id, issued_at_ms in entries:
             if issued_at_ms >= now_ms - self.window_ms:
-                seen[(tenant, request_id)] = issued_at_ms
+                self._remember(tp, (tenant, request_id), issued_at_ms)
+
+    def _remember(self, tp: TopicPartition, key: Key, issued_at_ms: int) -> None:
+        self.partitions.setdefault(tp, {})[key] = issued_at_ms
+        buckets = self._buckets.setdefault(tp, {})
+        buckets.setdefault(issued_at_ms // BUCKET_MS, []).append(key)
 
     def drop(self, tp: TopicPartition) -> None:
         """Forget a partition this process no longer owns."""
         self.partitions.pop(tp, None)
         self.unwritten.pop(tp, None)
+        self._buckets.pop(tp, None)
 
     def records(self, admitted_topic: str, tp: TopicPartition) -> list[Record]:
         """What ``tp``'s round admitted, as records for its transaction."""
@@ -86,13 +98,20 @@ class SeenRequests:
                 for i in range(0, len(entries), MAX_IDS_PER_RECORD)]
 
     def sweep(self, now_ms: int) -> None:
-        """Forget ids issued before the window (their messages fail authentication)."""
-        if time.monotonic() - self._swept < SWEEP_EVERY_S:
+        """Forget the buckets of ids all issued before the window (their messages fail
+        authentication); a no-op until another bucket has left it."""
+        kept_from = (now_ms - self.window_ms) // BUCKET_MS
+        if kept_from == self._kept_from:
             return
-        self._swept = time.monotonic()
-        oldest = now_ms - self.window_ms
-        for tp, seen in self.partitions.items():
-            self.partitions[tp] = {k: at for k, at in seen.items() if at >= oldest}
+        self._kept_from = kept_from
+        for tp, buckets in self._buckets.items():
+            seen = self.partitions.get(tp, {})
+            for bucket in [b for b in buckets if b < kept_from]:
+                for key in buckets.pop(bucket):
+                    issued_at_ms = seen.get(key)
+                    # admitted again since, under a later time: that entry stays
+                    if issued_at_ms is not None and issued_at_ms // BUCKET_MS == bucket:
+                        del seen[key]
 
 
 def parse_admitted(value: bytes | None) -> list:

@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.decide import Forward, Origin, Reject, decide
 from pipeline.quota import TenantQuota
-from pipeline.replays import SeenRequests, parse_admitted
+from pipeline.replays import BUCKET_MS, SeenRequests, parse_admitted
 from schemas import encode
 from schemas.result_signatures import request_sha256
 from tests.pipeline.conftest import NOW_MS, signer
@@ -69,6 +69,30 @@ def test_ids_issued_before_the_window_are_not_kept(ctx):
     seen = SeenRequests(window_ms=1000)
     seen.load(ORIGIN.tp, [["acme", "old", NOW_MS - 5000], ["acme", "new", NOW_MS]], NOW_MS)
     assert set(seen.partitions[ORIGIN.tp]) == {("acme", "new")}
+
+
+def test_a_sweep_forgets_each_id_once_its_bucket_has_left_the_window():
+    seen = SeenRequests(window_ms=10 * BUCKET_MS)
+    start = 100 * BUCKET_MS
+    entries = [["acme", f"r-{i}", start + i * BUCKET_MS // 2] for i in range(8)]
+    seen.load(ORIGIN.tp, entries, start)
+    ids = lambda: sorted(request_id for _, request_id in seen.partitions[ORIGIN.tp])
+
+    seen.sweep(start + 10 * BUCKET_MS + BUCKET_MS - 1)   # r-0 and r-1's bucket: not yet
+    assert ids() == [f"r-{i}" for i in range(8)]
+    seen.sweep(start + 11 * BUCKET_MS)   # all of it older than the window now
+    assert ids() == [f"r-{i}" for i in range(2, 8)]
+    seen.sweep(start + 13 * BUCKET_MS + 1)
+    assert ids() == ["r-6", "r-7"]
+
+
+def test_a_sweep_keeps_an_id_admitted_again_under_a_later_time():
+    seen = SeenRequests(window_ms=BUCKET_MS)
+    seen.load(ORIGIN.tp, [["acme", "r-1", 0], ["acme", "r-1", 5 * BUCKET_MS]], 0)
+    seen.sweep(3 * BUCKET_MS)
+    assert seen.partitions[ORIGIN.tp] == {("acme", "r-1"): 5 * BUCKET_MS}
+    seen.sweep(7 * BUCKET_MS)
+    assert seen.partitions[ORIGIN.tp] == {}
 
 
 @pytest.mark.parametrize("value", [b"null", b"{}", b'{"ids": [["a", "b"]]}',
