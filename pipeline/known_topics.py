@@ -66,17 +66,19 @@ class KnownTopics:
                             "%.0f s ago", err, time.monotonic() - self._read_at)
 
     def shared(self) -> KnownTopics:
-        """This view, for one more user that closes it once: the last close stops it."""
+        """This view, for one more user that closes it once: the last close stops it and
+        forgets what it read, so a user that comes after reads afresh."""
         self._users += 1
         return self
 
     async def close(self) -> None:
-        self._users -= 1
+        self._users = max(0, self._users - 1)
         if self._users > 0:
             return
-        if self._reading is not None:
-            self._reading.cancel()
-            await asyncio.gather(self._reading, return_exceptions=True)
+        reading, self._reading, self._known = self._reading, None, None
+        if reading is not None:
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
         admin, self._admin = self._admin, None
         if admin is not None:
             await admin.close()

@@ -64,3 +64,25 @@ def test_a_shared_view_reads_on_until_its_last_user_closes_it(broker):
         await second.close()
         assert reading.done() and known._admin is None
     asyncio.run(scenario())
+
+
+def test_a_user_after_the_last_close_reads_afresh(broker, prefix):
+    """A closed view is not left to age: one that is taken again after its last close
+    (an agent started again in the same process) reads the list anew and keeps reading."""
+    async def scenario():
+        known = KnownTopics(broker.kafka, max_age_s=0.1)
+        await known.shared().current()
+        await known.close()
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(f"{prefix}.after", 1, 1)])
+        finally:
+            await admin.close()
+        again = known.shared()
+        try:
+            assert f"{prefix}.after" in await again.current()
+            assert known._reading is not None and not known._reading.done()
+        finally:
+            await again.close()
+    asyncio.run(scenario())
