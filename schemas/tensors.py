@@ -58,6 +58,11 @@ class Tensor(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Tensor:
+        if "array" in self.__dict__:
+            # Checked already. pydantic runs this again on a tensor given to another
+            # model's field (pydantic/pydantic#12085), which validates nothing anew:
+            # decoding it again cost a request ~3 µs a tensor.
+            return self
         if (self.data is None) == (self.raw is None):
             raise ValueError("a tensor carries exactly one of 'data' or 'raw'")
         # Decoding is the validation. Stored straight into the instance, as ``array``'s
@@ -73,6 +78,16 @@ class Tensor(BaseModel):
             (other.name, other.datatype, other.shape, other.data, other.raw)
 
     __hash__ = None
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Tensor:
+        """A copy; with ``update``, decoded and checked anew (what this tensor keeps, its
+        array and digest, are of the fields it had)."""
+        copy = super().model_copy(update=update, deep=deep)
+        if update:
+            copy.__dict__.pop("array", None)
+            copy.__dict__.pop("_content_digest", None)
+            copy._check()
+        return copy
 
     @property
     def element_count(self) -> int:

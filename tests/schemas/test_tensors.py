@@ -113,3 +113,23 @@ def test_outputs_outside_the_raw_form_are_documented_as_their_tensors():
     assert output_documents("words", words, [0, 2, 3]) == [
         {"name": "words", "datatype": "BYTES", "shape": [2], "data": ["a", "bc"]},
         {"name": "words", "datatype": "BYTES", "shape": [1], "data": ["d"]}]
+
+
+def test_a_tensor_given_to_a_request_is_not_decoded_again(monkeypatch):
+    from schemas.messages import InferenceRequest
+    tensor = Tensor.from_array("x", np.arange(4, dtype=np.float32))
+    decodes = []
+    monkeypatch.setattr(Tensor, "_decoded", lambda self: decodes.append(self) or None)
+    InferenceRequest(request_id="r1", tenant="t", key_id="k", signature="0" * 64,
+                     issued_at_ms=1, priority="standard", model="m", inputs=[tensor])
+    assert decodes == []
+
+
+def test_a_tensor_copied_with_new_fields_is_checked_and_decoded_anew():
+    tensor = Tensor.from_array("x", np.arange(4, dtype=np.float32))
+    digest = tensor.digest()
+    copy = tensor.model_copy(update={"raw": base64.b64encode(b"\0" * 16).decode()})
+    np.testing.assert_array_equal(copy.array, np.zeros(4, np.float32))
+    assert copy.digest() != digest
+    with pytest.raises(ValueError, match="has 1 elements"):
+        tensor.model_copy(update={"raw": base64.b64encode(b"\0" * 4).decode()})
