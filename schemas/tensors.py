@@ -60,8 +60,8 @@ class Tensor(BaseModel):
     def _check(self) -> Tensor:
         if "array" in self.__dict__:
             # Checked already. pydantic runs this again on a tensor given to another
-            # model's field (pydantic/pydantic#12085), which validates nothing anew:
-            # decoding it again cost a request ~3 µs a tensor.
+            # model's field (pydantic/pydantic#12085), though nothing was validated
+            # anew; decoding again would only repeat the costliest check.
             return self
         if (self.data is None) == (self.raw is None):
             raise ValueError("a tensor carries exactly one of 'data' or 'raw'")

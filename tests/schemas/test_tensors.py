@@ -5,6 +5,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
+from schemas.messages import InferenceRequest
 from schemas.tensors import Tensor, output_documents
 
 
@@ -116,7 +117,6 @@ def test_outputs_outside_the_raw_form_are_documented_as_their_tensors():
 
 
 def test_a_tensor_given_to_a_request_is_not_decoded_again(monkeypatch):
-    from schemas.messages import InferenceRequest
     tensor = Tensor.from_array("x", np.arange(4, dtype=np.float32))
     decodes = []
     monkeypatch.setattr(Tensor, "_decoded", lambda self: decodes.append(self) or None)
