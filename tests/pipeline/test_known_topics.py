@@ -20,12 +20,7 @@ def test_the_view_is_read_again_in_the_background_while_rounds_use_it(broker, pr
         try:
             first = await known.current()
             assert f"{prefix}.new" not in first
-            admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
-            await admin.start()
-            try:
-                await admin.create_topics([NewTopic(f"{prefix}.new", 1, 1)])
-            finally:
-                await admin.close()
+            await _create_topic(broker, f"{prefix}.new")
             await asyncio.sleep(1.0)   # no round asks meanwhile: read again all the same
             assert f"{prefix}.new" in await known.current()
         finally:
@@ -73,12 +68,7 @@ def test_a_user_after_the_last_close_reads_afresh(broker, prefix):
         known = KnownTopics(broker.kafka, max_age_s=0.1)
         await known.shared().current()
         await known.close()
-        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(f"{prefix}.after", 1, 1)])
-        finally:
-            await admin.close()
+        await _create_topic(broker, f"{prefix}.after")
         again = known.shared()
         try:
             assert f"{prefix}.after" in await again.current()
@@ -86,3 +76,12 @@ def test_a_user_after_the_last_close_reads_afresh(broker, prefix):
         finally:
             await again.close()
     asyncio.run(scenario())
+
+
+async def _create_topic(broker, name: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, 1, 1)])
+    finally:
+        await admin.close()
