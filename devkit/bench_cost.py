@@ -13,8 +13,10 @@ Starts a kip of its own (broker, pipeline, a worker per reference model) and mea
     transactional hops, back to back, with the CPU µs per trip of the broker and of this
     process (both hops and their client); the same hops with the second running raw
     ONNX Runtime on (c)'s texts inline, and what they add over it, paced as (c) is; the
-    same hops with the first a bare faust agent, as kip's pipeline is a faust agent; and
-    the CPU per event of a bare faust agent that only consumes (devkit/floors.py);
+    same hops with the first a bare faust agent, as kip's pipeline is a faust agent; the
+    floor of kip's shape, every part of its design with no kip code (a faust first hop,
+    side records in each transaction, inference in a thread, paced as (c) is); and the
+    CPU per event of a bare faust agent that only consumes (devkit/floors.py);
 (e) the audit chains: the run's audit records and seals per request, the CPU of linking
     a record and of sealing a transaction (timed here on the run's own records; already
     inside the stages' CPU above), and of ``kip audit verify`` per record.
@@ -40,6 +42,7 @@ import orjson
 
 from devkit.arguments import count, zero_or_more
 from devkit import floors
+from devkit.cost_report import render
 from devkit.cpu import CpuMeter, main_thread_cpu_us
 from devkit.loadgen import sentences
 from devkit.stack import BUSES, DevStack, dev_client, own_stack
@@ -281,18 +284,21 @@ async def _floors(stack: DevStack, args, broker_pid: int) -> dict:
     trips = await floors.two_hop_round_trip(stack.kafka, payload, args.sequential, retries,
                                             meter)
     trip = _p50_p99(trips) | {"trips": len(trips), "produce_retries": retries.count}
-    around = await _around_inference(stack, args.sequential)
+    around = await _around_inference(stack, args.sequential, floors.two_hop_around)
     faust_first = await floors.faust_first_round_trip(stack.kafka, payload, args.sequential)
+    shape = await _around_inference(stack, args.sequential, floors.kips_shape_round_trip)
     faust_us = await floors.faust_consume_cpu(stack.kafka, payload, args.floor_events)
     return {"two_hop_round_trip": trip, "faust_consume_cpu_us_per_event": faust_us,
             "two_hop_cpu_us_per_trip": {k: us / len(trips) for k, us in meter.spent.items()},
             "two_hop_around_inference": around,
-            "two_hop_faust_first": _p50_p99(faust_first) | {"trips": len(faust_first)}}
+            "two_hop_faust_first": _p50_p99(faust_first) | {"trips": len(faust_first)},
+            "two_hop_shape_of_kip": shape}
 
 
-async def _around_inference(stack: DevStack, count: int) -> dict:
-    """The two hops with raw ONNX Runtime inferring (c)'s texts inline in the second, as
-    (c) paces kip: what they add over that inference, and the inference."""
+async def _around_inference(stack: DevStack, count: int, floor) -> dict:
+    """``floor``'s two hops (``floors.two_hop_around`` or ``kips_shape_round_trip``) with
+    raw ONNX Runtime inferring (c)'s texts in the second, as (c) paces kip: what they add
+    over that inference, and the inference."""
     session = ModelSession(stack.registry.load_alias("minilm"), device="cpu")
 
     def infer(value: bytes) -> bytes:
@@ -300,8 +306,7 @@ async def _around_inference(stack: DevStack, count: int) -> dict:
         return value
 
     infer(b"warm")
-    trips = await floors.two_hop_around(stack.kafka, [t.encode() for t in sentences(count)],
-                                        infer)
+    trips = await floor(stack.kafka, [t.encode() for t in sentences(count)], infer)
     return {"added": _p50_p99([wall - spent for wall, spent in trips]),
             "inference": _p50_p99([spent for _, spent in trips]), "trips": len(trips)}
 
@@ -335,65 +340,3 @@ def _cpu_us(work, repeat: int = 1) -> float:
     for _ in range(repeat):
         work()
     return (time.process_time() - started) * 1e6 / repeat
-
-
-def _floor_lines(d: dict, added_p50_ms: float) -> list[str]:
-    trip, around = d["two_hop_round_trip"], d["two_hop_around_inference"]
-    faust_first = d["two_hop_faust_first"]
-    return [f"\n(d) floors: two bare transactional hops p50 {trip['p50_ms']:.1f} ms, "
-            f"p99 {trip['p99_ms']:.1f} ms, {trip['produce_retries']} produce retries in "
-            f"{trip['trips']} trips and their warm-up; bare faust consumer "
-            f"{d['faust_consume_cpu_us_per_event']:.0f} µs CPU/event",
-            f"    kip's added latency p50 / floor p50: {added_p50_ms / trip['p50_ms']:.2f}x",
-            f"    CPU µs per trip: {_cpu_line(d['two_hop_cpu_us_per_trip'])}",
-            f"  the same hops around raw ONNX Runtime (the second infers (c)'s texts inline): "
-            f"added p50 {around['added']['p50_ms']:.1f} ms, p99 {around['added']['p99_ms']:.1f} "
-            f"ms over inference p50 {around['inference']['p50_ms']:.1f} ms",
-            f"    kip's added latency p50 / this p50: "
-            f"{added_p50_ms / around['added']['p50_ms']:.2f}x",
-            f"  the same hops, the first a bare faust agent (one event at a time, in a "
-            f"process of its own): p50 {faust_first['p50_ms']:.1f} ms, p99 "
-            f"{faust_first['p99_ms']:.1f} ms",
-            f"    kip's added latency p50 / this p50: "
-            f"{added_p50_ms / faust_first['p50_ms']:.2f}x"]
-
-
-def _cpu_line(cpu: dict[str, float]) -> str:
-    return ", ".join(f"{name} {us:.0f}" for name, us in cpu.items())
-
-
-def render(report: dict) -> str:
-    lines = [f"bus: {report['bus']}"]
-    for key, title in (("a_single_row", "(a) single-row requests, all in flight"),
-                       ("b_32_rows", "(b) 32-row requests, all in flight")):
-        r = report[key]
-        lines.append(f"\n{title}: {r['requests']} requests, {r['requests_per_s']:.0f}/s; "
-                     f"inference wall {r['inference_wall_us_per_request']:.0f} µs/request, "
-                     f"raw ONNX Runtime's CPU for the same calls "
-                     f"{r['onnx_runtime_cpu_us_per_request']:.0f} µs/request")
-        lines.append(f"  {'process':16} {'CPU µs/request':>15} {'CPU µs/row':>11}")
-        for name, us in r["cpu_us_per_request"].items():
-            lines.append(f"  {name:16} {us:15.0f} {r['cpu_us_per_row'][name]:11.1f}")
-        outside = r["outside_inference_us_per_request"]
-        lines.append(f"  outside ONNX Runtime's run (CPU minus raw ONNX Runtime's): worker "
-                     f"digits {outside['worker digits']:.0f} µs/request, all "
-                     f"{outside['all']:.0f} µs/request, {outside['all'] / r['rows']:.1f} "
-                     "µs/row")
-        loop = r["worker_event_loop_us_per_request"]["worker digits"]
-        lines.append(f"  worker digits' event loop (its main thread): {loop:.0f} µs/request")
-    c = report["c_sequential"]
-    lines.append("\n(c) interactive MiniLM, one at a time (ms):")
-    for stage, figures in c.items():
-        lines.append(f"  {stage:22} p50 {figures['p50_ms']:7.1f}   p99 {figures['p99_ms']:7.1f}")
-    lines.append(f"  CPU µs per request: {_cpu_line(report['c_cpu_us_per_request'])}")
-    lines += _floor_lines(report["d_floors"], c["added_over_inference"]["p50_ms"])
-    e = report["e_audit_chains"]
-    per_request = (e["records"] * e["link_us_per_record"] + e["seals"]
-                   * e["seal_us_per_transaction"]) / e["requests"]
-    lines.append(f"\n(e) audit chains: {e['records']} records, {e['seals']} seals for "
-                 f"{e['requests']} requests; link {e['link_us_per_record']:.1f} µs/record, "
-                 f"seal {e['seal_us_per_transaction']:.1f} µs/transaction: "
-                 f"{per_request:.1f} µs CPU/request in the stages; verify "
-                 f"{e['verify_us_per_record']:.1f} µs/record; broken links "
-                 f"{e['broken_links']}")
-    return "\n".join(lines)

@@ -19,6 +19,11 @@ what the bare libraries cost with no kip code at all.
   in its own process (stock faust-streaming, one event at a time, each forwarded in a
   transaction with its offset, as the aiokafka hop does): the floor of a path whose
   first stage is a faust agent, as kip's pipeline is.
+- ``kips_shape_round_trip``: every part of kip's design at once, with no kip code: the
+  first hop a bare faust agent, side records in each hop's transaction as kip's audit
+  records (and the pipeline's admitted ids) ride its stages', and the second hop
+  transforming each record in a thread off its event loop, as kip's worker infers
+  (``SHAPE_OF_KIP``).
 - ``faust_consume_cpu``: a bare faust agent, in its own process, that only consumes
   events in batches (``take_events(500, within=0.01)``); its CPU per event.
 """
@@ -37,6 +42,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiokafka import TopicPartition
@@ -52,6 +58,7 @@ FAUST_TAKE = 500
 FAUST_WITHIN_S = 0.01
 SIDE_BYTES = 200   # about an audit record's size
 FIRST_TRIP_S = 60.0   # a warm-up trip: the hops' first transactions, faust's start
+WARM_UP_TRIPS = 5   # each floor's first trips, not measured: first transactions and fetches
 
 
 async def _topics(kafka: KafkaConnection, names: list[str]) -> None:
@@ -61,14 +68,31 @@ async def _topics(kafka: KafkaConnection, names: list[str]) -> None:
 Transform = Callable[[bytes], bytes]
 
 
+@dataclass(frozen=True)
+class Shape:
+    """What a floor's two hops do besides forwarding each record in a transaction."""
+
+    faust_first: bool = False   # the first hop a bare faust agent, in a process of its own
+    first_sides: int = 0        # side records per record in the first hop's transaction
+    second_sides: int = 0       # and in the second's
+    in_thread: bool = False     # the second hop's transform in a thread, off its loop
+
+
+# kip's pipeline is a faust agent and writes an audit record and an admitted id beside
+# each work item; its worker infers in a thread and writes an audit record beside each
+# result.
+SHAPE_OF_KIP = Shape(faust_first=True, first_sides=2, second_sides=1, in_thread=True)
+
+
 async def _hop(kafka: KafkaConnection, source: str, target: str, group: str,
                transform: Transform | None = None, spent: dict | None = None,
-               sides: tuple[str, ...] = ()) -> None:
+               sides: tuple[str, ...] = (), in_thread: bool = False) -> None:
     """Consume ``source``, produce each record to ``target`` (its value through
-    ``transform`` where given, the ms that took in ``spent`` by the record's key), commit
-    offsets, one transaction per fetched batch; until cancelled. With ``sides``, each
-    record's first ``SIDE_BYTES`` also go to each of those topics in its transaction,
-    as kip's audit and admitted-ids records ride its stages' transactions."""
+    ``transform`` where given, in a thread of its own with ``in_thread``, the ms that
+    took in ``spent`` by the record's key), commit offsets, one transaction per fetched
+    batch; until cancelled. With ``sides``, each record also sends ``SIDE_BYTES`` to each
+    of those topics in its transaction, as kip's audit and admitted-ids records ride its
+    stages' transactions."""
     consumer = kafka.consumer(source, group_id=group, auto_offset_reset="earliest")
     producer = kafka.producer(transactional_id=f"{group}-txn", retry_backoff_ms=10,
                               linger_ms=0)
@@ -83,13 +107,17 @@ async def _hop(kafka: KafkaConnection, source: str, target: str, group: str,
             async with producer.transaction():
                 for records in batch.values():
                     for record in records:
-                        await producer.send(target, _transformed(record, transform, spent),
-                                            key=record.key)
+                        value = (await asyncio.to_thread(_transformed, record, transform, spent)
+                                 if in_thread else _transformed(record, transform, spent))
+                        await producer.send(target, value, key=record.key)
                         for side in sides:
-                            await producer.send(side, record.value[:SIDE_BYTES],
-                                                key=record.key)
+                            await producer.send(side, _side(record.value), key=record.key)
                 await producer.send_offsets_to_transaction(
                     {tp: records[-1].offset + 1 for tp, records in batch.items()}, group)
+
+
+def _side(value: bytes) -> bytes:
+    return value[:SIDE_BYTES].ljust(SIDE_BYTES, b" ")
 
 
 def _transformed(record, transform: Transform | None, spent: dict | None) -> bytes:
@@ -149,22 +177,34 @@ async def faust_first_round_trip(kafka: KafkaConnection, payload: bytes, count: 
     """Milliseconds per round trip of ``count`` sequential records through two hops, the
     first a bare faust agent in a process of its own, the second the aiokafka hop."""
     with retries or ProduceRetries():
-        trips = await _round_trips(kafka, [payload] * count, CpuMeter({}), faust_first=True)
+        trips = await _round_trips(kafka, [payload] * count, CpuMeter({}),
+                                   shape=Shape(faust_first=True))
     return [wall for wall, _ in trips]
 
 
+async def kips_shape_round_trip(kafka: KafkaConnection, payloads: list[bytes],
+                                transform: Transform, retries: ProduceRetries | None = None,
+                                run: str | None = None) -> list[tuple[float, float]]:
+    """(round trip ms, of which ``transform`` ms) for each of ``payloads`` in turn,
+    through two hops of ``SHAPE_OF_KIP`` (on topics named ``<run>.*``)."""
+    with retries or ProduceRetries():
+        return await _round_trips(kafka, payloads, CpuMeter({}), transform, SHAPE_OF_KIP, run)
+
+
 async def _round_trips(kafka: KafkaConnection, payloads: list[bytes], meter: CpuMeter,
-                       transform: Transform | None = None, faust_first: bool = False
-                       ) -> list[tuple[float, float]]:
-    run = f"floor-{uuid.uuid4().hex[:8]}"
+                       transform: Transform | None = None, shape: Shape = Shape(),
+                       run: str | None = None) -> list[tuple[float, float]]:
+    run = run or f"floor-{uuid.uuid4().hex[:8]}"
     a, b, c = (f"{run}.{n}" for n in "abc")
-    await _topics(kafka, [a, b, c])
+    sides = tuple(f"{run}.side{n}" for n in range(max(shape.first_sides, shape.second_sides)))
+    await _topics(kafka, [a, b, c, *sides])
     spent: dict[bytes, float] = {}
-    first = (_faust_hop(kafka, a, b, f"{run}-1") if faust_first
-             else _running(_hop(kafka, a, b, f"{run}-1")))
-    async with first as failed, _running(_hop(kafka, b, c, f"{run}-2", transform, spent)), \
-            _reader(kafka, c) as (producer, consumer):
-        for _ in range(5):   # warm-up: the hops' first transactions, the first fetches
+    first_sides, second_sides = sides[:shape.first_sides], sides[:shape.second_sides]
+    first = (_faust_hop(kafka, a, b, f"{run}-1", sides=first_sides) if shape.faust_first
+             else _running(_hop(kafka, a, b, f"{run}-1", sides=first_sides)))
+    second = _hop(kafka, b, c, f"{run}-2", transform, spent, second_sides, shape.in_thread)
+    async with first as failed, _running(second), _reader(kafka, c) as (producer, consumer):
+        for _ in range(WARM_UP_TRIPS):
             try:
                 await asyncio.wait_for(_one_trip(producer, consumer, a, payloads[0]),
                                        FIRST_TRIP_S)
@@ -247,14 +287,16 @@ async def faust_consume_cpu(kafka: KafkaConnection, payload: bytes, events: int,
 
 @asynccontextmanager
 async def _faust_hop(kafka: KafkaConnection, source: str, target: str, group: str,
-                     kip_consumer: bool = False) -> AsyncIterator[Callable[[], str]]:
+                     kip_consumer: bool = False, sides: tuple[str, ...] = ()
+                     ) -> AsyncIterator[Callable[[], str]]:
     """The bare faust hop running in a process of its own while the block runs, with
     faust's own consumer or kip's pipeline's (``kip_consumer``: on the agents' loop, its
-    lean drain; pipeline/app.py); yields what says why it failed (its log's tail)."""
+    lean drain; pipeline/app.py), side records to ``sides`` as ``_hop`` sends them;
+    yields what says why it failed (its log's tail)."""
     with tempfile.TemporaryDirectory(prefix="kip-floor-") as datadir:
         settings = json.dumps({"mode": "hop", "topic": source, "target": target,
                                "group": group, "datadir": datadir,
-                               "kip_consumer": kip_consumer,
+                               "kip_consumer": kip_consumer, "sides": list(sides),
                                "kafka": str(_connection_file(kafka, Path(datadir)))})
         log = Path(datadir) / "hop.log"
         with log.open("wb") as out:
@@ -315,9 +357,9 @@ def _consume(kafka: KafkaConnection, settings: dict):
 
 
 def _forward(kafka: KafkaConnection, settings: dict):
-    """Each event to ``settings["target"]`` in a transaction with its next offset, as the
-    aiokafka hop does (the offsets under a group of their own: faust commits its
-    group's offsets itself)."""
+    """Each event to ``settings["target"]`` (and its side records) in a transaction with
+    its next offset, as the aiokafka hop does (the offsets under a group of their own:
+    faust commits its group's offsets itself)."""
     group = settings["group"]
 
     async def forward(stream):
@@ -329,6 +371,8 @@ def _forward(kafka: KafkaConnection, settings: dict):
                 m = event.message
                 async with producer.transaction():
                     await producer.send(settings["target"], m.value, key=m.key)
+                    for side in settings.get("sides", ()):
+                        await producer.send(side, _side(m.value), key=m.key)
                     await producer.send_offsets_to_transaction(
                         {TopicPartition(m.topic, m.partition): m.offset + 1}, group)
         finally:

@@ -95,6 +95,10 @@ def test_a_small_cost_run_reports_every_process_stage_and_floor(registry, capsys
     assert d["two_hop_round_trip"]["produce_retries"] >= 0
     assert d["two_hop_faust_first"]["trips"] == args.sequential
     assert d["two_hop_faust_first"]["p50_ms"] > 0
+    shape = d["two_hop_shape_of_kip"]
+    assert shape["trips"] == args.sequential
+    assert shape["inference"]["p50_ms"] > 0 and shape["added"]["p50_ms"] > 0
+    assert "the floor of kip's shape" in bench_cost.render(report)
     assert "floor p50" in bench_cost.render(report)
     assert "CPU µs per trip: broker" in bench_cost.render(report)
     assert "the first a bare faust agent" in bench_cost.render(report)
@@ -113,4 +117,5 @@ def test_on_the_secured_bus_every_process_and_floor_connects_over_tls(registry):
     d = report["d_floors"]
     assert d["two_hop_round_trip"]["p50_ms"] > 0 and d["faust_consume_cpu_us_per_event"] > 0
     assert d["two_hop_faust_first"]["p50_ms"] > 0
+    assert d["two_hop_shape_of_kip"]["added"]["p50_ms"] > 0
     assert bench_cost.render(report).startswith("bus: SSL")
