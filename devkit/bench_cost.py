@@ -284,9 +284,11 @@ async def _floors(stack: DevStack, args, broker_pid: int) -> dict:
     trips = await floors.two_hop_round_trip(stack.kafka, payload, args.sequential, retries,
                                             meter)
     trip = _p50_p99(trips) | {"trips": len(trips), "produce_retries": retries.count}
-    around = await _around_inference(stack, args.sequential, floors.two_hop_around)
+    around = await _around_inference(stack, args.sequential, floors.two_hop_around,
+                                     broker_pid)
     faust_first = await floors.faust_first_round_trip(stack.kafka, payload, args.sequential)
-    shape = await _around_inference(stack, args.sequential, floors.kips_shape_round_trip)
+    shape = await _around_inference(stack, args.sequential, floors.kips_shape_round_trip,
+                                    broker_pid)
     faust_us = await floors.faust_consume_cpu(stack.kafka, payload, args.floor_events)
     return {"two_hop_round_trip": trip, "faust_consume_cpu_us_per_event": faust_us,
             "two_hop_cpu_us_per_trip": {k: us / len(trips) for k, us in meter.spent.items()},
@@ -295,10 +297,11 @@ async def _floors(stack: DevStack, args, broker_pid: int) -> dict:
             "two_hop_shape_of_kip": shape}
 
 
-async def _around_inference(stack: DevStack, count: int, floor) -> dict:
+async def _around_inference(stack: DevStack, count: int, floor, broker_pid: int) -> dict:
     """``floor``'s two hops (``floors.two_hop_around`` or ``kips_shape_round_trip``) with
     raw ONNX Runtime inferring (c)'s texts in the second, as (c) paces kip: what they add
-    over that inference, and the inference."""
+    over that inference, the inference, and the broker's CPU per trip (beside its CPU
+    per (c) request)."""
     session = ModelSession(stack.registry.load_alias("minilm"), device="cpu")
 
     def infer(value: bytes) -> bytes:
@@ -306,8 +309,11 @@ async def _around_inference(stack: DevStack, count: int, floor) -> dict:
         return value
 
     infer(b"warm")
-    trips = await floor(stack.kafka, [t.encode() for t in sentences(count)], infer)
+    meter = CpuMeter({"broker": broker_pid})
+    trips = await floor(stack.kafka, [t.encode() for t in sentences(count)], infer,
+                        meter=meter)
     return {"added": _p50_p99([wall - spent for wall, spent in trips]),
+            "broker_cpu_us_per_trip": meter.spent["broker"] / len(trips),
             "inference": _p50_p99([spent for _, spent in trips]), "trips": len(trips)}
 
 

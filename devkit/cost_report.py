@@ -14,7 +14,8 @@ def _floor_lines(d: dict, added_p50_ms: float) -> list[str]:
             f"    CPU µs per trip: {_cpu_line(d['two_hop_cpu_us_per_trip'])}",
             f"  the same hops around raw ONNX Runtime (the second infers (c)'s texts inline): "
             f"added p50 {around['added']['p50_ms']:.1f} ms, p99 {around['added']['p99_ms']:.1f} "
-            f"ms over inference p50 {around['inference']['p50_ms']:.1f} ms",
+            f"ms over inference p50 {around['inference']['p50_ms']:.1f} ms; broker "
+            f"{around['broker_cpu_us_per_trip']:.0f} µs CPU per trip",
             f"    kip's added latency p50 / this p50: "
             f"{added_p50_ms / around['added']['p50_ms']:.2f}x",
             f"  the same hops, the first a bare faust agent (one event at a time, in a "
@@ -30,7 +31,8 @@ def _shape_lines(shape: dict, added_p50_ms: float) -> list[str]:
             f"in each transaction as kip's audit records ride its stages', the second hop "
             f"inferring in a thread): added p50 "
             f"{shape['added']['p50_ms']:.1f} ms, p99 {shape['added']['p99_ms']:.1f} ms over "
-            f"inference p50 {shape['inference']['p50_ms']:.1f} ms",
+            f"inference p50 {shape['inference']['p50_ms']:.1f} ms; broker "
+            f"{shape['broker_cpu_us_per_trip']:.0f} µs CPU per trip",
             f"    kip's added latency p50 / this p50: "
             f"{added_p50_ms / shape['added']['p50_ms']:.2f}x"]
 

@@ -165,11 +165,13 @@ async def two_hop_round_trip(kafka: KafkaConnection, payload: bytes, count: int,
 
 
 async def two_hop_around(kafka: KafkaConnection, payloads: list[bytes], transform: Transform,
-                         retries: ProduceRetries | None = None) -> list[tuple[float, float]]:
+                         retries: ProduceRetries | None = None,
+                         meter: CpuMeter | None = None) -> list[tuple[float, float]]:
     """(round trip ms, of which ``transform`` ms) for each of ``payloads`` in turn, sent
-    through the two hops with the second applying ``transform``."""
+    through the two hops with the second applying ``transform``; ``meter`` as in
+    ``two_hop_round_trip``."""
     with retries or ProduceRetries():
-        return await _round_trips(kafka, payloads, CpuMeter({}), transform)
+        return await _round_trips(kafka, payloads, meter or CpuMeter({}), transform)
 
 
 async def faust_first_round_trip(kafka: KafkaConnection, payload: bytes, count: int,
@@ -184,11 +186,14 @@ async def faust_first_round_trip(kafka: KafkaConnection, payload: bytes, count: 
 
 async def kips_shape_round_trip(kafka: KafkaConnection, payloads: list[bytes],
                                 transform: Transform, retries: ProduceRetries | None = None,
-                                run: str | None = None) -> list[tuple[float, float]]:
+                                meter: CpuMeter | None = None, run: str | None = None
+                                ) -> list[tuple[float, float]]:
     """(round trip ms, of which ``transform`` ms) for each of ``payloads`` in turn,
-    through two hops of ``SHAPE_OF_KIP`` (on topics named ``<run>.*``)."""
+    through two hops of ``SHAPE_OF_KIP`` (on topics named ``<run>.*``); ``meter`` as in
+    ``two_hop_round_trip``."""
     with retries or ProduceRetries():
-        return await _round_trips(kafka, payloads, CpuMeter({}), transform, SHAPE_OF_KIP, run)
+        return await _round_trips(kafka, payloads, meter or CpuMeter({}), transform,
+                                  SHAPE_OF_KIP, run)
 
 
 async def _round_trips(kafka: KafkaConnection, payloads: list[bytes], meter: CpuMeter,
