@@ -88,7 +88,7 @@ async def _hop(kafka: KafkaConnection, source: str, target: str, group: str,
                transform: Transform | None = None, spent: dict | None = None,
                sides: tuple[str, ...] = (), in_thread: bool = False) -> None:
     """Consume ``source``, produce each record to ``target`` (its value through
-    ``transform`` where given, in a thread of its own with ``in_thread``, the ms that
+    ``transform`` where given, in the loop's executor with ``in_thread``, the ms that
     took in ``spent`` by the record's key), commit offsets, one transaction per fetched
     batch; until cancelled. With ``sides``, each record also sends ``SIDE_BYTES`` to each
     of those topics in its transaction, as kip's audit and admitted-ids records ride its
