@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from schemas.deadletter import dead_letter, fallback_request_id, hints
 from schemas.errors import DeadlineExceeded, KipError
-from schemas.messages import (AuditRecord, DeadLetterRecord, ErrorInfo, InferenceRequest,
-                              InferenceResult, Route, Status, Timings)
+from schemas.messages import (SCHEMA_VERSION, AuditRecord, DeadLetterRecord, ErrorInfo,
+                              InferenceRequest, InferenceResult, Route, Status, Timings)
 from schemas.trusted import built
 
 Stage = str   # "pipeline" or "worker" (AuditRecord.stage)
@@ -55,16 +55,32 @@ def audit_record(request: InferenceRequest, *, stage: Stage, decision: str, fina
     """The audit record of one decision about a decoded request: ``built``
     (schemas/trusted.py), as every field comes from the request, its route (both
     validated) or the stage itself."""
-    return built(AuditRecord, dict(
-        request_id=request.request_id, stage=stage, decision=decision, final=final,
-        tenant=request.tenant, key_id=request.key_id, priority=request.priority,
-        model=request.model, model_name=route and route.model_name,
-        model_version=route and route.model_version,
-        artifact_sha256=route and route.artifact_sha256,
-        fallback_from=route and route.fallback_from,
-        route_revision=route and route.revision, error_code=code,
-        reason=reason and reason[:500], request_sha256=request_sha256, timings=timings,
-        payload_bytes=payload_bytes, traceparent=request.traceparent, at_ms=at_ms))
+    return built(AuditRecord, audit_fields(
+        request, stage=stage, decision=decision, final=final, at_ms=at_ms,
+        payload_bytes=payload_bytes, route=route, code=code, reason=reason,
+        request_sha256=request_sha256, timings=timings))
+
+
+def audit_fields(request: InferenceRequest, *, stage: Stage, decision: str, final: bool,
+                 at_ms: int, payload_bytes: int, route: Route | None = None,
+                 code: str | None = None, reason: str | None = None,
+                 request_sha256: str | None = None, timings: Timings | dict | None = None
+                 ) -> dict:
+    """Every field of ``audit_record``'s record, in the model's order (absent ones None):
+    what a worker writes as a document without building the model (workers/outcome.py
+    ``served``), ``timings`` then given as the document of its fields."""
+    return {
+        "schema_version": SCHEMA_VERSION, "request_id": request.request_id, "stage": stage,
+        "decision": decision, "final": final, "tenant": request.tenant,
+        "key_id": request.key_id, "priority": request.priority, "model": request.model,
+        "model_name": route and route.model_name,
+        "model_version": route and route.model_version,
+        "artifact_sha256": route and route.artifact_sha256,
+        "fallback_from": route and route.fallback_from,
+        "route_revision": route and route.revision, "error_code": code,
+        "reason": reason and reason[:500], "request_sha256": request_sha256,
+        "timings": timings, "payload_bytes": payload_bytes,
+        "traceparent": request.traceparent, "at_ms": at_ms}
 
 
 def undecodable(payload: bytes, origin: Coordinates, err: KipError, *, stage: Stage,

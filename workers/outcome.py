@@ -11,9 +11,9 @@ from aiokafka.structs import ConsumerRecord
 from schemas import codec
 from schemas.deadletter import dead_letter
 from schemas.errors import Internal, KipError
-from schemas.messages import (SCHEMA_VERSION, AuditRecord, InferenceResult, Status,
-                              Timings, WorkItem)
-from schemas.outcomes import Coordinates, audit_record, error_info, status_of
+from schemas.messages import (SCHEMA_VERSION, AuditRecord, ErrorInfo, InferenceResult,
+                              Status, Timings, WorkItem)
+from schemas.outcomes import Coordinates, audit_fields, error_info, status_of
 from schemas.outcomes import undecodable as undecodable_ending
 from schemas.tensors import Tensor
 from schemas.trusted import built
@@ -40,23 +40,39 @@ def terminal(item: WorkItem, stamps: Stamps, now_ms: int, outputs: list[Tensor] 
     ``trusted`` (stamped) item: any other answers no request a client sent. Both are
     ``built`` (schemas/trusted.py): every field comes from the decoded work item, the
     worker's clocks, or outputs the session checked."""
-    request, route = item.request, item.route
     status = status_of(error, Status.FAILED)
-    result = built(InferenceResult, dict(
-        request_id=request.request_id,
-        request_sha256=item.request_sha256 if trusted else None,
-        tenant=request.tenant, priority=request.priority,
-        status=status, error=error and error_info(error),
-        model=request.model, model_name=route.model_name, model_version=route.model_version,
-        artifact_sha256=route.artifact_sha256, fallback_from=route.fallback_from,
-        outputs=outputs or [],
-        timings=_timings(item, stamps, now_ms), batch_size=stamps.batch_size,
-        traceparent=request.traceparent, produced_at_ms=now_ms))
-    audit = audit_record(request, stage=STAGE, decision=status.value, final=True,
-                         at_ms=now_ms, payload_bytes=0, route=route,
-                         code=error and error.code, reason=error and error.message,
-                         request_sha256=result.request_sha256, timings=result.timings)
+    timings = _timings(item, stamps, now_ms)
+    digest = item.request_sha256 if trusted else None
+    result = built(InferenceResult, _result_fields(
+        item, status, stamps, now_ms, outputs or [], timings, digest,
+        error=error and error_info(error)))
+    audit = built(AuditRecord, _audit_fields(item, status, now_ms, timings, digest, error))
     return result, audit
+
+
+def _result_fields(item: WorkItem, status: Status, stamps: Stamps, now_ms: int,
+                   outputs: list, timings: Timings | dict, digest: str | None,
+                   error: ErrorInfo | None = None) -> dict:
+    """Every field of a worker's result, in the model's order (absent ones None), as
+    ``terminal`` builds the model of them and ``served`` writes their document."""
+    request, route = item.request, item.route
+    return {
+        "schema_version": SCHEMA_VERSION, "request_id": request.request_id,
+        "request_sha256": digest, "tenant": request.tenant, "priority": request.priority,
+        "status": status, "error": error, "model": request.model,
+        "model_name": route.model_name, "model_version": route.model_version,
+        "artifact_sha256": route.artifact_sha256, "fallback_from": route.fallback_from,
+        "outputs": outputs, "timings": timings, "batch_size": stamps.batch_size,
+        "traceparent": request.traceparent, "produced_at_ms": now_ms}
+
+
+def _audit_fields(item: WorkItem, status: Status, now_ms: int, timings: Timings | dict,
+                  digest: str | None, error: KipError | None = None) -> dict:
+    """Every field of a worker's final audit record, as ``_result_fields`` of its result."""
+    return audit_fields(item.request, stage=STAGE, decision=status.value, final=True,
+                        at_ms=now_ms, payload_bytes=0, route=item.route,
+                        code=error and error.code, reason=error and error.message,
+                        request_sha256=digest, timings=timings)
 
 
 def _timings(item: WorkItem, s: Stamps, now_ms: int) -> Timings:
@@ -82,30 +98,16 @@ def served(item: WorkItem, stamps: Stamps, names: TopicNames, outputs: list[dict
     """What ``terminal_outputs`` writes for a (stamped) work item its inference served,
     with ``outputs`` as their documents (``ModelSession.execute_documents``): the result
     and the final audit record as the documents of their fields, not models
-    (topics/outputs.py ``Document``). The hot path of every worker: the same fields, in
-    the same order, as ``terminal`` (tests/workers/test_outcome.py checks both)."""
-    request, route = item.request, item.route
+    (topics/outputs.py ``Document``). The hot path of every worker: the same fields as
+    ``terminal``'s, from the same builders (tests/workers/test_outcome.py checks the
+    bytes)."""
     timings = _present(_timing_fields(item, stamps, now_ms))
-    result = _present({
-        "schema_version": SCHEMA_VERSION, "request_id": request.request_id,
-        "request_sha256": item.request_sha256, "tenant": request.tenant,
-        "priority": request.priority, "status": Status.OK, "model": request.model,
-        "model_name": route.model_name, "model_version": route.model_version,
-        "artifact_sha256": route.artifact_sha256, "fallback_from": route.fallback_from,
-        "outputs": outputs, "timings": timings, "batch_size": stamps.batch_size,
-        "traceparent": request.traceparent, "produced_at_ms": now_ms})
-    audit = _present({
-        "schema_version": SCHEMA_VERSION, "request_id": request.request_id, "stage": STAGE,
-        "decision": Status.OK, "final": True, "tenant": request.tenant,
-        "key_id": request.key_id, "priority": request.priority, "model": request.model,
-        "model_name": route.model_name, "model_version": route.model_version,
-        "artifact_sha256": route.artifact_sha256, "fallback_from": route.fallback_from,
-        "route_revision": route.revision, "request_sha256": item.request_sha256,
-        "timings": timings, "payload_bytes": 0, "traceparent": request.traceparent,
-        "at_ms": now_ms})
-    trace = request.traceparent
-    return [Document(reply_topic(item, names), InferenceResult, result, trace),
-            Document(names.audit, AuditRecord, audit, trace)]
+    digest = item.request_sha256
+    result = _result_fields(item, Status.OK, stamps, now_ms, outputs, timings, digest)
+    audit = _audit_fields(item, Status.OK, now_ms, timings, digest)
+    trace = item.request.traceparent
+    return [Document(reply_topic(item, names), InferenceResult, _present(result), trace),
+            Document(names.audit, AuditRecord, _present(audit), trace)]
 
 
 def _present(fields: dict) -> dict:
