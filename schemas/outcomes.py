@@ -47,18 +47,11 @@ def status_of(err: KipError | None, otherwise: Status) -> Status:
     return Status.EXPIRED if isinstance(err, DeadlineExceeded) else otherwise
 
 
-def audit_record(request: InferenceRequest, *, stage: Stage, decision: str, final: bool,
-                 at_ms: int, payload_bytes: int, route: Route | None = None,
-                 code: str | None = None, reason: str | None = None,
-                 request_sha256: str | None = None, timings: Timings | None = None
-                 ) -> AuditRecord:
-    """The audit record of one decision about a decoded request: ``built``
-    (schemas/trusted.py), as every field comes from the request, its route (both
-    validated) or the stage itself."""
-    return built(AuditRecord, audit_fields(
-        request, stage=stage, decision=decision, final=final, at_ms=at_ms,
-        payload_bytes=payload_bytes, route=route, code=code, reason=reason,
-        request_sha256=request_sha256, timings=timings))
+def audit_record(request: InferenceRequest, **arguments) -> AuditRecord:
+    """The audit record of one decision about a decoded request (the arguments of
+    ``audit_fields``): ``built`` (schemas/trusted.py), as every field comes from the
+    request, its route (both validated) or the stage itself."""
+    return built(AuditRecord, audit_fields(request, **arguments))
 
 
 def audit_fields(request: InferenceRequest, *, stage: Stage, decision: str, final: bool,
