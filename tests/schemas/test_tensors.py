@@ -1,4 +1,6 @@
 import base64
+import binascii
+import random
 
 import numpy as np
 import orjson
@@ -23,6 +25,51 @@ def test_data_form_matches_raw_form_and_digest():
     assert as_data.data == [1, 2, 3, 4]
     np.testing.assert_array_equal(as_data.array, as_raw.array)
     assert as_data.digest() == as_raw.digest()
+
+
+# 80 bytes of zeros: 108 characters, long enough for the decoder's vector loop.
+_LONG = base64.b64encode(bytes(80)).decode()
+
+
+@pytest.mark.parametrize("raw", [
+    _LONG[:50] + "*" + _LONG[51:],          # outside the alphabet, mid-vector
+    _LONG[:50] + "-" + _LONG[51:],          # the URL-safe alphabet
+    _LONG[:50] + "\n" + _LONG[50:],         # whitespace
+    _LONG[:-4] + "AA=A",                    # padding before the end
+    "AAA=AAAA",                             # data after padding
+    "AAA",                                  # a partial group without its padding
+    "AAAA=",                                # padding after a whole group
+    "AAAA====",
+    "=AAA",
+    "AAA\u00e9",                            # not ASCII
+])
+def test_raw_that_is_not_strict_base64_is_refused(raw):
+    with pytest.raises(ValidationError, match="not valid base64"):
+        Tensor(name="x", datatype="UINT8", shape=[len(raw) * 3 // 4], raw=raw)
+
+
+def test_raw_accepted_is_what_strict_base64_accepts():
+    """Against CPython's strict decoder on mangled base64 of every length up to 200
+    bytes: the same bytes or the same refusal, but for padding after a whole group,
+    which only CPython lets through."""
+    rng = random.Random(14)
+    for _ in range(3000):
+        chars = list(base64.b64encode(rng.randbytes(rng.randint(0, 200))).decode())
+        for _ in range(rng.randint(0, 2)):
+            chars.insert(rng.randint(0, len(chars)), rng.choice("=*-_ \n\x00"))
+        raw = "".join(chars)
+        try:
+            expected = binascii.a2b_base64(raw, strict_mode=True)
+        except binascii.Error:
+            expected = None
+        if expected is not None and len(raw.rstrip("=")) % 4 == 0 and raw.endswith("="):
+            expected = None   # padding after a whole group
+        if expected is None:
+            with pytest.raises(ValidationError, match="not valid base64"):
+                Tensor(name="x", datatype="UINT8", shape=[0], raw=raw)
+        else:
+            tensor = Tensor(name="x", datatype="UINT8", shape=[len(expected)], raw=raw)
+            assert tensor.array.tobytes() == expected, raw
 
 
 def test_bytes_tensor_holds_text():
