@@ -142,14 +142,18 @@ class KipClient:
                                 traceparent=_new_traceparent())
 
     async def submit(self, request: InferenceRequest,
-                     on_delivered: Callable[[], None] | None = None
+                     on_delivered: Callable[[], None] | None = None,
+                     on_sending: Callable[[str], None] | None = None
                      ) -> asyncio.Future[InferenceResult]:
         """Publish ``request``; the returned future resolves with its result (or fails
         if Kafka did not take the request). Does not wait for the broker's ack, so many
-        requests can be in flight from one task; ``on_delivered`` is called once the
-        broker has it."""
+        requests can be in flight from one task. ``on_sending`` is called with the
+        message's sha256 before it goes to Kafka, ``on_delivered`` once the broker has
+        it (a batch job journals both: kip/batch/job.py)."""
         value = encode(request)
         fut = self.expect(request.request_id, value)
+        if on_sending is not None:
+            on_sending(self._pending[request.request_id].digest)
         delivery = await self._publish(request, value)
         delivery.add_done_callback(lambda d: _fail_if_undelivered(d, fut))
         if on_delivered is not None:

@@ -20,6 +20,7 @@ import re
 from collections import Counter, deque
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -70,7 +71,10 @@ class BatchRun:
     in_flight: int = 16
     retries: int = 3
     timeout_s: float = 300.0
-    on_submit: Callable[[Chunk, str, str], None] | None = None   # chunk, id, digest: sent
+    # Told of each request before it is sent (chunk, id, digest) and once Kafka has it
+    # (chunk, id): a job journals both (kip/batch/job.py).
+    on_sending: Callable[[Chunk, str, str], None] | None = None
+    on_delivered: Callable[[Chunk, str], None] | None = None
     earlier: dict[int, InferenceResult] = field(default_factory=dict)   # found, not rerun
     first_attempt: dict[int, int] = field(default_factory=dict)   # ids an earlier run used
     # chunk -> (request id, digest) an earlier run sent and kip has not answered yet
@@ -148,19 +152,19 @@ class BatchRun:
         request_id = f"{self.job_id}.{chunk.index}.{attempt}"
         request = self.client.request(self.model, chunk.inputs, priority=self.priority,
                                       request_id=request_id)
-        digest = None
-
-        def delivered() -> None:   # journaled once Kafka has it: a resumed run waits for it
-            if self.on_submit is not None:
-                self.on_submit(chunk, request_id,
-                               digest or self.client.pending_sha256(request_id))
-        future = await self.client.submit(request, on_delivered=delivered)
-        digest = self.client.pending_sha256(request_id)
+        future = await self.client.submit(
+            request, on_sending=_told(self.on_sending, chunk, request_id),
+            on_delivered=_told(self.on_delivered, chunk, request_id))
         try:
             return await asyncio.wait_for(future, self.timeout_s), None
         except TimeoutError:
             self.client.forget(request_id)
             return None, f"no result within {self.timeout_s:.0f} s"
+
+
+def _told(callback: Callable | None, *about) -> Callable | None:
+    """``callback`` with ``about`` before what the client passes it; None stays None."""
+    return None if callback is None else partial(callback, *about)
 
 
 def _outcome(chunk: Chunk, result: InferenceResult | None, why: str | None,

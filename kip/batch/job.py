@@ -4,8 +4,8 @@ Beside the output ``OUT`` lives ``OUT.job/``:
 
 - ``job.json``: what the job is (id, model, input, columns, rows per request) and
   whether it finished;
-- ``submitted.jsonl``: every request sent, one line each, flushed as it goes: chunk,
-  request id, the sha256 of the message and when;
+- ``submitted.jsonl``: every request, flushed as it goes: a line before it is sent
+  (chunk, request id, the sha256 of the message, when), and a line once Kafka has it;
 - ``parts/part-<first>-<end>.parquet``: the ok rows of chunks ``first`` to ``end`` - 1,
   written to a temporary name and renamed, so a part is whole or absent; failed rows of
   those chunks in ``part-<first>-<end>.errors.jsonl``, written just before.
@@ -14,7 +14,11 @@ Resuming: the parts cover chunks 0 to some ``done``; the chunks after it that we
 may have been answered while nobody listened, so their results are read back from the
 reply topic (``KipClient.results_since``) and kept; what has no ok result runs again,
 with attempt numbers after those already used (the pipeline refuses a request id it has
-seen). At the end the parts become ``OUT`` and the errors file, in input order.
+seen). Every id is journaled before its request goes, so none is used twice: a run
+killed between the broker's ack and a journal line written after it would leave an id
+that a resumed run sends again, and the pipeline answers that copy as a duplicate, with
+no digest its client could accept. At the end the parts become ``OUT`` and the errors
+file, in input order.
 """
 
 from __future__ import annotations
@@ -100,27 +104,42 @@ class JobDir:
                        tmp)
         os.replace(tmp, self.parts / f"{name}.parquet")
 
-    def journal(self, chunk: int, request_id: str, sha256: str | None) -> None:
+    def sending(self, chunk: int, request_id: str, sha256: str) -> None:
+        """Journal a request about to be sent."""
+        self._journal_line({"chunk": chunk, "id": request_id, "sha256": sha256,
+                            "at_ms": now_ms()})
+
+    def delivered(self, chunk: int, request_id: str) -> None:
+        """Journal that Kafka has a request journaled as sending."""
+        self._journal_line({"chunk": chunk, "id": request_id, "delivered": True})
+
+    def _journal_line(self, entry: dict) -> None:
         if self._journal is None:
             self._journal = open(self.journal_file, "ab")
-        self._journal.write(orjson.dumps({"chunk": chunk, "id": request_id,
-                                          "sha256": sha256, "at_ms": now_ms()}) + b"\n")
+        self._journal.write(orjson.dumps(entry) + b"\n")
         self._journal.flush()
 
     def sent_since(self, first_chunk: int) -> dict[int, list[dict]]:
-        """The journal's lines for chunks from ``first_chunk`` on (a torn last line, from
-        a kill mid-write, is skipped)."""
-        sent: dict[int, list[dict]] = defaultdict(list)
+        """The requests journaled for chunks from ``first_chunk`` on, in the order they
+        were sent, each ``{"id", "sha256", "at_ms", "delivered"}`` (a torn last line,
+        from a kill mid-write, is skipped)."""
+        sent: dict[int, dict[str, dict]] = defaultdict(dict)
         if not self.journal_file.exists():
-            return sent
+            return {}
         for line in self.journal_file.read_bytes().splitlines():
             try:
                 entry = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
-            if entry["chunk"] >= first_chunk:
-                sent[entry["chunk"]].append(entry)
-        return sent
+            if entry["chunk"] < first_chunk:
+                continue
+            requests = sent[entry["chunk"]]
+            if entry.get("delivered"):
+                if entry["id"] in requests:
+                    requests[entry["id"]]["delivered"] = True
+            else:
+                requests[entry["id"]] = {**entry, "delivered": False}
+        return {chunk: list(requests.values()) for chunk, requests in sent.items()}
 
     def combine(self, errors_file: Path) -> tuple[int, int]:
         """The parts, in order, as ``out`` and ``errors_file``; (ok rows, failed rows)."""

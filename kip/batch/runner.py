@@ -20,6 +20,7 @@ from kip.batch.job import JobDir, JobSpec
 from kip.batch.tables import InputMap, output_table, read_batches, tensors
 from kip.client import KipClient
 from schemas.codec import now_ms
+from schemas.messages import InferenceResult
 
 PART_ROWS = 4096
 
@@ -121,7 +122,8 @@ async def run_job(client: KipClient, job: JobDir, spec: JobSpec, columns: dict,
     earlier, awaiting, attempts = await _read_back(client, job, done)
     run = BatchRun(client, spec.model, spec.job_id, spec.priority, in_flight, retries,
                    earlier=earlier, first_attempt=attempts, awaiting=awaiting,
-                   on_submit=lambda c, rid, sha: job.journal(c.index, rid, sha))
+                   on_sending=lambda c, rid, sha: job.sending(c.index, rid, sha),
+                   on_delivered=lambda c, rid: job.delivered(c.index, rid))
     writer = PartWriter(job, spec, done)
     path = Path(spec.input)
     async for outcome in run.outcomes(chunks(path, columns, spec.id_column,
@@ -137,17 +139,23 @@ async def run_job(client: KipClient, job: JobDir, spec: JobSpec, columns: dict,
 
 async def _read_back(client: KipClient, job: JobDir, done: int
                      ) -> tuple[dict, dict[int, tuple[str, str]], dict[int, int]]:
-    """For the chunks an earlier run sent that no part holds: the ok results already on
-    the reply topic; the last request of each chunk with no result yet (kip still owes
-    it: the run waits for it rather than infer the chunk twice); the next attempt
-    number of every such chunk."""
+    """For the chunks an earlier run sent that no part holds: ``resume_plan`` of them,
+    with the results already on the reply topic."""
     sent = job.sent_since(done)
     if not sent:
         return {}, {}, {}
-    digests = {e["id"]: e["sha256"] for entries in sent.values() for e in entries
-               if e["sha256"]}
+    digests = {e["id"]: e["sha256"] for entries in sent.values() for e in entries}
     since = min(e["at_ms"] for entries in sent.values() for e in entries) - 1000
-    found = await client.results_since(digests, since)
+    return resume_plan(sent, await client.results_since(digests, since))
+
+
+def resume_plan(sent: dict[int, list[dict]], found: dict[str, InferenceResult]
+                ) -> tuple[dict, dict[int, tuple[str, str]], dict[int, int]]:
+    """From the requests journaled per chunk (``JobDir.sent_since``) and the results
+    ``found`` of them: the ok result of each chunk that has one; the last request of
+    each chunk with no result yet that Kafka took (kip owes it an answer: the run waits
+    for it rather than infer the chunk twice; one never delivered is not waited for);
+    and the next attempt number of every chunk, after every id already journaled."""
     earlier, awaiting = {}, {}
     for chunk, entries in sent.items():
         for entry in entries:
@@ -155,7 +163,7 @@ async def _read_back(client: KipClient, job: JobDir, done: int
             if result is not None and result.status.value == "ok":
                 earlier[chunk] = result
         last = entries[-1]
-        if chunk not in earlier and last["id"] not in found and last["sha256"]:
+        if chunk not in earlier and last["id"] not in found and last["delivered"]:
             awaiting[chunk] = (last["id"], last["sha256"])
     return earlier, awaiting, {chunk: len(entries) for chunk, entries in sent.items()}
 

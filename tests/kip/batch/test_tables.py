@@ -90,11 +90,25 @@ def test_parts_cover_chunks_from_the_first_and_a_torn_journal_line_is_skipped(tm
     job.write_part(0, 3, pa.table({"row": [0, 1, 2]}), [])
     job.write_part(5, 6, None, [{"row": 9}])            # a gap: not counted
     assert job.done_chunks() == 3
-    job.journal(3, "j.3.0", "ab" * 32)
+    job.sending(3, "j.3.0", "ab" * 32)
     job.close()
     with open(job.journal_file, "ab") as f:
         f.write(b'{"chunk": 4, "id"')                     # killed mid-line
     assert list(job.sent_since(3)) == [3]
+
+
+def test_the_journal_holds_each_request_before_it_is_sent_and_when_kafka_has_it(tmp_path):
+    job = JobDir(tmp_path / "out.parquet")
+    job.root.mkdir(parents=True)
+    job.sending(2, "j.2.0", "aa" * 32)
+    job.sending(3, "j.3.0", "bb" * 32)
+    job.delivered(2, "j.2.0")
+    job.sending(2, "j.2.1", "cc" * 32)                   # killed before Kafka had it
+    job.close()
+    sent = job.sent_since(2)
+    assert [(e["id"], e["sha256"], e["delivered"]) for e in sent[2]] == [
+        ("j.2.0", "aa" * 32, True), ("j.2.1", "cc" * 32, False)]
+    assert [(e["id"], e["delivered"]) for e in sent[3]] == [("j.3.0", False)]
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
