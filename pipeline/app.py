@@ -63,6 +63,7 @@ from topics.txn_steps import transaction_timeout_ms
 
 log = logging.getLogger("kip.pipeline")
 HEALTH_GATE_S = 2.0
+GIVE_BACK_EVERY_S = 1.0   # how often freed heap is given back, if large messages came
 DECIDE_SLICE = 200   # events decided between two turns of the event loop
 
 
@@ -81,6 +82,7 @@ class PipelineState:
         self.stamp_keys = settings.stamp_keys()
         self.sealing = settings.sealing()
         self.seen = SeenRequests(settings.replay_window_ms)
+        self.large_messages = allocator.LargeMessages()
         self.known_topics = KnownTopics(settings.kafka)   # each agent's, shared()
         self.claims = Claims(settings.kafka, self.seen,
                              lambda tp: settings.names.admitted(_class_of(tp, settings)))
@@ -129,7 +131,7 @@ def create_app(settings: PipelineSettings) -> faust.App:
     app.transport.Consumer = TransactionalConsumer
     state = PipelineState(settings)
     app.task(_follow(state))
-    app.task(_settle(state))
+    app.task(_tend_memory(state))
     app.task(_health_gate(state))
     for priority in settings.classes:
         topic = app.topic(settings.names.requests(priority), key_serializer="raw",
@@ -191,15 +193,19 @@ def _follow(state: PipelineState):
     return follow
 
 
-def _settle(state: PipelineState):
+def _tend_memory(state: PipelineState):
     """Once the views have caught up, settle the collector (runtime/collector.py) and
-    keep freed memory (runtime/allocator.py): once per process, however many agents it
-    runs."""
-    async def settle() -> None:
+    keep freed memory (runtime/allocator.py); then, every ``GIVE_BACK_EVERY_S``, give
+    the freed heap back if enough large messages came (once per process, however many
+    agents it runs)."""
+    async def tend() -> None:
         await state.ready()
         collector.settle()
         allocator.keep_freed()
-    return settle
+        while True:
+            await asyncio.sleep(GIVE_BACK_EVERY_S)
+            state.large_messages.give_back_if_due()
+    return tend
 
 
 def _health_gate(state: PipelineState):
@@ -245,6 +251,7 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
                 await state.claims.before_round(
                     {TopicPartition(e.message.topic, e.message.partition) for e in events},
                     transactions)
+                state.large_messages.read(len(e.message.value or b"") for e in events)
                 ctx = state.context(await known_topics.current())
                 decisions = await decide_round(events, ctx)
                 await publish(transactions, state, events, decisions)

@@ -14,29 +14,71 @@ tests/e2e/test_admission.py). Setting it turns off glibc's sliding threshold for
 a large block by a mapping of its own (128 KiB at first, raised to the size of each such
 block freed), and a 256 KiB buffer then cost ~180 µs each time instead of ~7 (a fresh
 mapping, every page faulted in). So blocks under ``MMAP_ABOVE_BYTES`` come from the
-heap; larger ones (oversized payloads, large fetch responses) still get mappings of
-their own, given back as soon as they are freed: served from the heap too, they left it
-fragmented, and a flooded pipeline grew by 650 MiB. Memory given back on purpose still
-goes (``malloc_trim``, as a worker does when it unloads a model: workers/sessions.py).
-Outside glibc (musl, macOS) it does nothing.
+heap; larger ones (oversized payloads, large fetch responses) get mappings of their own,
+given back as soon as they are freed, whenever the heap has no free block that size.
+
+When it has one (the kept 16 MiB, or the holes a burst of large messages leaves), glibc
+serves a large block from the heap, and the holes stay resident: a pipeline flooded
+with 1 MiB messages grew by 10-110 MiB from one flood to the next. A stage that reads
+large messages therefore counts them (``LargeMessages``), and once ``GIVE_BACK_AFTER_BYTES``
+of them have passed it gives the free pages back (``give_back``: glibc's
+``malloc_trim``, which also returns the pages of free blocks inside the heap); a
+worker does the same when it unloads a model (workers/sessions.py). Outside glibc
+(musl, macOS) all of it does nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from collections.abc import Iterable
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3   # glibc's mallopt parameters (malloc.h)
 KEEP_BYTES = 16 * 1024 * 1024
 MMAP_ABOVE_BYTES = 1024 * 1024
+GIVE_BACK_AFTER_BYTES = 16 * 1024 * 1024
+
+
+def _libc():
+    return ctypes.CDLL(ctypes.util.find_library("c"))
 
 
 def keep_freed(keep_bytes: int = KEEP_BYTES, mmap_above: int = MMAP_ABOVE_BYTES) -> bool:
     """Keep up to ``keep_bytes`` of freed heap, and serve blocks up to ``mmap_above``
     from it; whether the allocator took both."""
     try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
+        mallopt = _libc().mallopt
     except (OSError, AttributeError, TypeError):
         return False
     return (mallopt(M_MMAP_THRESHOLD, ctypes.c_int(mmap_above)) == 1
             and mallopt(M_TRIM_THRESHOLD, ctypes.c_int(keep_bytes)) == 1)
+
+
+def give_back(keep_bytes: int = 0) -> bool:
+    """Return the heap's free pages to the system, all but ``keep_bytes`` at its top;
+    whether glibc gave any back."""
+    try:
+        return _libc().malloc_trim(ctypes.c_size_t(keep_bytes)) == 1
+    except (OSError, AttributeError, TypeError):
+        return False
+
+
+class LargeMessages:
+    """The bytes of large messages (``MMAP_ABOVE_BYTES`` and over) read since the heap's
+    free pages were last given back."""
+
+    def __init__(self, after_bytes: int = GIVE_BACK_AFTER_BYTES) -> None:
+        self.after_bytes = after_bytes
+        self.unreturned = 0
+
+    def read(self, sizes: Iterable[int]) -> None:
+        self.unreturned += sum(n for n in sizes if n >= MMAP_ABOVE_BYTES)
+
+    def give_back_if_due(self) -> bool:
+        """Give the free pages back once ``after_bytes`` of large messages have been
+        read; the kept heap (``KEEP_BYTES``) stays. Whether it was due."""
+        if self.unreturned < self.after_bytes:
+            return False
+        self.unreturned = 0
+        give_back(KEEP_BYTES)
+        return True

@@ -20,8 +20,6 @@
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import gc
 import logging
 import time
@@ -29,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from models.registry import Registry
 from models.signing import ModelTrust
-from runtime import metrics
+from runtime import allocator, metrics
 from schemas.errors import KipError, ModelUnavailable, ModelUnverified
 from workers.session import ModelSession
 
@@ -118,7 +116,7 @@ class Sessions:
         if idle:
             del session
             gc.collect()
-            _give_memory_back()
+            allocator.give_back()
         return idle
 
     def close(self) -> None:
@@ -127,11 +125,3 @@ class Sessions:
     @property
     def max_batch(self) -> int:
         return max(s.manifest.max_batch for s in self.loaded.values())
-
-
-def _give_memory_back() -> None:
-    """glibc's malloc_trim: free heap pages go back to the system (no-op elsewhere)."""
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
-    except (OSError, AttributeError, TypeError):
-        pass

@@ -58,3 +58,32 @@ def test_a_large_buffer_still_comes_from_the_heap():
 @glibc
 def test_keep_freed_is_taken_by_glibc():
     assert allocator.keep_freed(allocator.KEEP_BYTES)
+
+
+# Holes in the heap: every other block under the mmap threshold freed, the rest alive.
+FREE_BETWEEN_SURVIVORS = """
+import os
+from runtime.allocator import MMAP_ABOVE_BYTES, LargeMessages, keep_freed
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+assert keep_freed()
+blocks = [b"k" * (512 << 10) for _ in range(200)]   # written: resident
+del blocks[::2]
+freed = rss()
+large = LargeMessages(after_bytes=4 * MMAP_ABOVE_BYTES)
+large.read([MMAP_ABOVE_BYTES - 1] * 10 + [MMAP_ABOVE_BYTES] * 3)
+early = large.give_back_if_due()
+large.read([8 * MMAP_ABOVE_BYTES])
+print(freed, early, large.give_back_if_due(), rss(), large.unreturned)
+"""
+
+
+@glibc
+def test_freed_holes_go_back_once_enough_large_messages_came():
+    run = subprocess.run([sys.executable, "-c", FREE_BETWEEN_SURVIVORS],
+                         capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parents[2])
+    freed, early, due, after, unreturned = run.stdout.split()
+    assert (early, due, unreturned) == ("False", "True", "0")
+    assert int(freed) - int(after) > 32 * 1024 * 1024, (freed, after)

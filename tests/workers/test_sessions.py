@@ -10,9 +10,10 @@ import gc
 import numpy as np
 import pytest
 
+from runtime.allocator import give_back
 from schemas.errors import ModelUnavailable
 from schemas.tensors import Tensor
-from workers.sessions import Sessions, _give_memory_back
+from workers.sessions import Sessions
 from workers.telemetry import rss_bytes
 
 
@@ -55,7 +56,7 @@ def test_an_unused_version_is_unloaded_and_its_memory_given_back(registry):
         sessions.close()
         return sessions
     gc.collect()   # what earlier tests freed but the allocator kept, the load would reuse
-    _give_memory_back()
+    give_back()
     before = rss_bytes()
     sessions = asyncio.run(go())
     loaded = rss_bytes()
