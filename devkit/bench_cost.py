@@ -47,6 +47,7 @@ from devkit.cpu import CpuMeter, main_thread_cpu_us
 from devkit.loadgen import sentences
 from devkit.stack import BUSES, DevStack, dev_client, own_stack
 from kip.client import KipClient
+from runtime import collector
 from runtime.settings import KipSettings
 from schemas.codec import encode, now_ms
 from schemas.audit_chain import ChainHead
@@ -79,6 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    collector.settle()   # the client holds thousands of requests (runtime/collector.py)
     report = asyncio.run(measure(args))
     print(json.dumps(report, indent=2) if args.json else render(report))
     return 0

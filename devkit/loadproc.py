@@ -17,6 +17,7 @@ from multiprocessing import get_context
 
 from devkit.loadgen import LoadReport, run_load
 from devkit.stack import ClientSpec
+from runtime import collector
 from schemas.codec import now_ms
 from schemas.messages import Priority
 
@@ -36,6 +37,7 @@ def _offer(spec: ClientSpec, nice: int, model: str, rates: dict[Priority, float]
            duration_s: float, deadlines_ms: dict[Priority, int], seed: int,
            start_at_ms: int) -> LoadReport:
     os.nice(nice)   # before any thread starts: threads inherit their creator's nice value
+    collector.settle()   # thousands of requests in flight (runtime/collector.py)
     return asyncio.run(_offer_async(spec, model, rates, duration_s, deadlines_ms, seed,
                                     start_at_ms))
 

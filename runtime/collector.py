@@ -19,7 +19,8 @@ collection every ~1,000 requests, 6-10 ms each, and each found no garbage, as ev
 object it walked belonged to a batch still in flight. At 50,000, over 30,000 single-row
 requests, the worker ran none and the pipeline one (30 ms). Cycles are still collected,
 only less often: at most ~50,000 objects' worth of garbage waits for a collection.
-Figures: docs/benchmarks.md.
+The commands that keep thousands of requests in flight from one client (``kip batch
+run``, the benches' clients) settle too. Figures: docs/benchmarks.md.
 """
 
 from __future__ import annotations

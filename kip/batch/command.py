@@ -17,6 +17,8 @@ import time
 import uuid
 from pathlib import Path
 
+from runtime import collector
+
 LOG_EVERY_S = 5.0
 
 
@@ -60,6 +62,7 @@ def _run(args) -> int:
         print("kip batch: set KIP_API_SECRET to the secret of --key-id", file=sys.stderr)
         return 2
     job = job_module.JobDir(args.out)
+    collector.settle()   # thousands of requests in flight (runtime/collector.py)
     try:
         return asyncio.run(_job(args, job, secret.get_secret_value()))
     finally:
