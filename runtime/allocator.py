@@ -9,7 +9,7 @@ a message instead of ~1.4 µs, most of it that round trip (docs/benchmarks.md).
 
 ``keep_freed`` raises the threshold to ``KEEP_BYTES``: up to that much freed memory
 stays with the process for its next batch (and in its resident size: a pipeline flooded
-with oversized messages must stay within 64 MiB of where it started,
+with oversized messages must come back within 32 MiB of where it started,
 tests/e2e/test_admission.py). Setting it turns off glibc's sliding threshold for serving
 a large block by a mapping of its own (128 KiB at first, raised to the size of each such
 block freed), and a 256 KiB buffer then cost ~180 µs each time instead of ~7 (a fresh
@@ -19,12 +19,12 @@ given back as soon as they are freed, whenever the heap has no free block that s
 
 When it has one (the kept 16 MiB, or the holes a burst of large messages leaves), glibc
 serves a large block from the heap, and the holes stay resident: a pipeline flooded
-with 1 MiB messages grew by 10-110 MiB from one flood to the next. A stage that reads
-large messages therefore counts them (``LargeMessages``), and once ``GIVE_BACK_AFTER_BYTES``
-of them have passed it gives the free pages back (``give_back``: glibc's
-``malloc_trim``, which also returns the pages of free blocks inside the heap); a
-worker does the same when it unloads a model (workers/sessions.py). Outside glibc
-(musl, macOS) all of it does nothing.
+with 1 MiB messages grew by up to 110 MiB from one flood to the next. A stage that
+reads large messages therefore counts them (``LargeMessages``), and once
+``GIVE_BACK_AFTER_BYTES`` of them have passed it gives the free pages back
+(``give_back``: glibc's ``malloc_trim``, which also returns the pages of free blocks
+inside the heap); a worker does the same when it unloads a model (workers/sessions.py).
+Outside glibc (musl, macOS) all of it does nothing.
 """
 
 from __future__ import annotations
