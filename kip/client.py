@@ -155,9 +155,10 @@ class KipClient:
         message's sha256 before it goes to Kafka, ``on_delivered`` once the broker has
         it (a batch job journals both: kip/batch/job.py)."""
         value = encode(request)
-        fut = self.expect(request.request_id, value)
+        digest = request_sha256(value)
+        fut = self.expect_digest(request.request_id, digest)
         if on_sending is not None:
-            on_sending(self._pending[request.request_id].digest)
+            on_sending(digest)
         delivery = await self._publish(request, value)
         delivery.add_done_callback(lambda d: _fail_if_undelivered(d, fut))
         if on_delivered is not None:
