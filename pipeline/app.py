@@ -51,7 +51,6 @@ from pipeline.routing import Router
 from pipeline.settings import PipelineSettings
 from runtime import allocator, collector, metrics
 from runtime.files import private_dir
-from runtime.memory import fix_mmap_threshold
 from schemas.codec import now_ms
 from schemas.errors import Internal
 from schemas.messages import Priority
@@ -341,7 +340,7 @@ def run(settings: PipelineSettings) -> None:
     """Run the pipeline until SIGINT/SIGTERM (faust owns the event loop)."""
     if settings.nice:
         os.nice(settings.nice)
-    fix_mmap_threshold()
+    allocator.pin_mmap_threshold()   # before anything is read: runtime/allocator.py
     app = create_app(settings)
     metrics.serve(settings.metrics_port, settings.metrics_host)
     worker = _Worker(app, loglevel=settings.log_level, quiet=True)

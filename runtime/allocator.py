@@ -1,4 +1,16 @@
-"""glibc's allocator in a long-running kip stage: freed memory stays with the process.
+"""glibc's allocator in a long-running kip stage: where large blocks come from, and how
+much freed memory stays with the process.
+
+By default glibc serves blocks above its mmap threshold (128 KiB) with mappings of their
+own, given back when freed, but raises the threshold each time such a block is freed, up
+to 32 MiB. A process that reads megabyte-sized messages (up to 8 MiB here) soon takes
+them from its heap instead, which keeps whatever the worst mix of them left behind: a
+pipeline fed malformed and oversized messages settled at ~123 MiB instead of ~94 MiB, at
+a level set by how they happened to arrive together (docs/benchmarks.md). The pipeline
+therefore pins the threshold as it starts (``pin_mmap_threshold``), before it reads
+anything. A worker does not: every fetch and batch of its is a large buffer, and a fresh
+mapping for each cost a fifth of its goodput under overload (``kip bench load``); it
+only keeps freed heap (below, which moves the threshold to 1 MiB).
 
 A stage allocates a batch's messages together and frees them together once the batch's
 transaction commits. With glibc's defaults, whenever more than 128 KiB at the top of the
@@ -7,7 +19,7 @@ takes the same pages back, each a page fault. In a worker's pattern (two pulls o
 hundred requests alive, a result and an audit record each) orjson's encoding took ~3 µs
 a message instead of ~1.4 µs, most of it that round trip (docs/benchmarks.md).
 
-``keep_freed`` raises the threshold to ``KEEP_BYTES``: up to that much freed memory
+``keep_freed`` raises the trim threshold to ``KEEP_BYTES``: up to that much freed memory
 stays with the process for its next batch (and in its resident size: a pipeline flooded
 with oversized messages must come back within 32 MiB of where it started,
 tests/e2e/test_admission.py). Setting it turns off glibc's sliding threshold for serving
@@ -34,6 +46,7 @@ import ctypes.util
 from collections.abc import Iterable
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3   # glibc's mallopt parameters (malloc.h)
+MMAP_AT_START_BYTES = 128 * 1024   # glibc's own default, no longer raised
 KEEP_BYTES = 16 * 1024 * 1024
 MMAP_ABOVE_BYTES = 1024 * 1024
 GIVE_BACK_AFTER_BYTES = 16 * 1024 * 1024
@@ -41,6 +54,15 @@ GIVE_BACK_AFTER_BYTES = 16 * 1024 * 1024
 
 def _libc():
     return ctypes.CDLL(ctypes.util.find_library("c"))
+
+
+def pin_mmap_threshold(threshold: int = MMAP_AT_START_BYTES) -> bool:
+    """Serve blocks over ``threshold`` by mappings of their own, and stop glibc raising
+    it; whether the allocator took it."""
+    try:
+        return _libc().mallopt(M_MMAP_THRESHOLD, ctypes.c_int(threshold)) == 1
+    except (OSError, AttributeError, TypeError):
+        return False
 
 
 def keep_freed(keep_bytes: int = KEEP_BYTES, mmap_above: int = MMAP_ABOVE_BYTES) -> bool:

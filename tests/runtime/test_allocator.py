@@ -11,14 +11,16 @@ from runtime import allocator
 
 # In a process of its own: a stage frees a batch's records together; glibc reports how
 # much free memory sits at the top of its heap (``keepcost``), which it would trim.
-FREE_A_BATCH = """
+MALLINFO = """
 import ctypes, ctypes.util, sys
-from runtime.allocator import keep_freed
 class Info(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in (
         "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split())]
 libc = ctypes.CDLL(ctypes.util.find_library("c"))
 libc.mallinfo2.restype = Info
+"""
+FREE_A_BATCH = MALLINFO + """
+from runtime.allocator import keep_freed
 if sys.argv[1] == "keep":
     assert keep_freed()
 mapped = libc.mallinfo2().hblks
@@ -32,13 +34,17 @@ print(libc.mallinfo2().keepcost, mapped)
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
 
 
+def _run(script: str, mode: str) -> list[int]:
+    run = subprocess.run([sys.executable, "-c", script, mode], capture_output=True,
+                         text=True, check=True, cwd=Path(__file__).parents[2])
+    return [int(n) for n in run.stdout.split()]
+
+
 def _after_freeing(mode: str) -> tuple[int, int]:
     """Bytes kept at the top of the heap after a batch is freed, and the blocks mapped
     on their own with a large buffer alive."""
-    run = subprocess.run([sys.executable, "-c", FREE_A_BATCH, mode], capture_output=True,
-                         text=True, check=True, cwd=Path(__file__).parents[2])
-    kept, mapped = run.stdout.split()
-    return int(kept), int(mapped)
+    kept, mapped = _run(FREE_A_BATCH, mode)
+    return kept, mapped
 
 
 @glibc
@@ -58,6 +64,26 @@ def test_a_large_buffer_still_comes_from_the_heap():
 @glibc
 def test_keep_freed_is_taken_by_glibc():
     assert allocator.keep_freed(allocator.KEEP_BYTES)
+
+
+# A pipeline reads an 8 MiB message, then a 1 MiB one: is the second a mapping of its own?
+LARGE_AFTER_LARGER = MALLINFO + """
+from runtime.allocator import pin_mmap_threshold
+if sys.argv[1] == "pin":
+    assert pin_mmap_threshold()
+larger = bytearray(8 << 20)
+del larger   # glibc's default raises its mmap threshold to 8 MiB here
+mapped = libc.mallinfo2().hblks
+message = bytearray(1 << 20)
+print(libc.mallinfo2().hblks - mapped)
+"""
+
+
+@glibc
+def test_a_pinned_threshold_keeps_large_messages_in_mappings_of_their_own():
+    """Pinned, glibc stops raising its mmap threshold: a large message read after a
+    larger one is still mapped on its own, and goes back when it is freed."""
+    assert _run(LARGE_AFTER_LARGER, "pin") == [1] and _run(LARGE_AFTER_LARGER, "default") == [0]
 
 
 # Holes in the heap: every other block under the mmap threshold freed, the rest alive.
