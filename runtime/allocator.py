@@ -8,7 +8,7 @@ them from its heap instead, which keeps whatever the worst mix of them left behi
 pipeline fed malformed and oversized messages settled at ~123 MiB instead of ~94 MiB, at
 a level set by how they happened to arrive together (docs/benchmarks.md). The pipeline
 therefore pins the threshold as it starts (``pin_mmap_threshold``), before it reads
-anything. A worker does not: every fetch and batch of its is a large buffer, and a fresh
+anything. A worker does not: its every fetch and batch is a large buffer, and a fresh
 mapping for each cost a fifth of its goodput under overload (``kip bench load``); it
 only keeps freed heap (below, which moves the threshold to 1 MiB).
 
