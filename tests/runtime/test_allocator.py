@@ -9,8 +9,7 @@ import pytest
 
 from runtime import allocator
 
-# In a process of its own: a stage frees a batch's records together; glibc reports how
-# much free memory sits at the top of its heap (``keepcost``), which it would trim.
+# Each script runs in a process of its own, reading glibc's counters (``mallinfo2``).
 MALLINFO = """
 import ctypes, ctypes.util, sys
 class Info(ctypes.Structure):
@@ -19,6 +18,8 @@ class Info(ctypes.Structure):
 libc = ctypes.CDLL(ctypes.util.find_library("c"))
 libc.mallinfo2.restype = Info
 """
+# A stage frees a batch's records together; glibc reports how much free memory sits at
+# the top of its heap (``keepcost``), which it would trim.
 FREE_A_BATCH = MALLINFO + """
 from runtime.allocator import keep_freed
 if sys.argv[1] == "keep":
