@@ -11,18 +11,25 @@ pipeline and the workers place an audit record by its request id, one per reques
 It still costs ~3 µs a 32-byte key, and a stage places every key twice in a row: the
 pipeline a request's work item and its audit record, a worker its result and its audit
 record, all under the request id. ``key_partition`` keeps the last keys' hashes
-(``RECENT_KEYS``), so the second costs a lookup.
+(``RECENT_KEYS``), so the second costs a lookup. A transaction's records are placed
+together, so ``remember`` hashes their keys first, as many at once as share a length:
+numpy runs the same steps over a column of words per step, ~25 µs for any number of
+keys up to a few hundred, where one key at a time costs ~2.6 µs each (32 keys: 84 µs).
 """
 
 from __future__ import annotations
 
 import struct
-from functools import lru_cache
+from collections.abc import Iterable
+
+import numpy as np
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
-RECENT_KEYS = 1024
+RECENT_KEYS = 4096
+TOGETHER_FROM = 16   # keys of one length hashed together from this many: ~40 µs
+#                       one at a time, ~25 µs together
 
 
 def murmur2(data: bytes) -> int:
@@ -48,7 +55,58 @@ def murmur2(data: bytes) -> int:
 
 def key_partition(key: bytes, partitions: list[int]) -> int:
     """The partition, of ``partitions`` (sorted), that Kafka's default places ``key`` in."""
-    return partitions[(_recent_murmur2(key) & 0x7FFFFFFF) % len(partitions)]
+    h = _recent.get(key)
+    if h is None:
+        h = _remembered(key, murmur2(key))
+    return partitions[(h & 0x7FFFFFFF) % len(partitions)]
 
 
-_recent_murmur2 = lru_cache(maxsize=RECENT_KEYS)(murmur2)
+def remember(keys: Iterable[bytes]) -> None:
+    """Hash those of ``keys`` not kept yet, those of one length together where there are
+    ``TOGETHER_FROM`` or more, so the ``key_partition`` calls that follow look them up."""
+    new = {key for key in keys if key not in _recent}
+    if len(_recent) + len(new) > RECENT_KEYS:
+        _recent.clear()   # what a stage places next is its newest keys, not these
+    by_length: dict[int, list[bytes]] = {}
+    for key in new:
+        by_length.setdefault(len(key), []).append(key)
+    for same in by_length.values():
+        hashes = (murmur2_same_length(same).tolist() if len(same) >= TOGETHER_FROM
+                  else [murmur2(key) for key in same])
+        _recent.update(zip(same, hashes))
+
+
+def murmur2_same_length(keys: list[bytes]) -> np.ndarray:
+    """``murmur2`` of each of ``keys``, all of one length, as uint32: each step of the
+    hash once for them all, on a column of their words (uint32 products wrap, as the
+    masks do in ``murmur2``)."""
+    count, length = len(keys), len(keys[0])
+    data = np.frombuffer(b"".join(keys), np.uint8).reshape(count, length)
+    h = np.full(count, (_SEED ^ length) & _MASK, np.uint32)
+    m = np.uint32(_M)
+    words = length >> 2
+    columns = np.ascontiguousarray(data[:, :words << 2]).view("<u4")
+    for j in range(words):
+        k = columns[:, j] * m
+        k ^= k >> np.uint32(24)
+        k *= m
+        h *= m
+        h ^= k
+    tail, base = length & 3, words << 2
+    if tail:
+        for i in reversed(range(tail)):   # byte i of the tail, at bit 8 * i
+            h ^= data[:, base + i].astype(np.uint32) << np.uint32(8 * i)
+        h *= m
+    h ^= h >> np.uint32(13)
+    h *= m
+    return h ^ (h >> np.uint32(15))
+
+
+_recent: dict[bytes, int] = {}
+
+
+def _remembered(key: bytes, h: int) -> int:
+    if len(_recent) >= RECENT_KEYS:
+        _recent.clear()   # what a stage places next is its newest keys, not these
+    _recent[key] = h
+    return h

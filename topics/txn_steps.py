@@ -24,7 +24,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from topics.clients import KafkaConnection
 from topics.outputs import Record
-from topics.partitioning import key_partition
+from topics.partitioning import key_partition, remember
 
 log = logging.getLogger("kip.transactions")
 
@@ -80,8 +80,10 @@ async def by_partition(producer: AIOKafkaProducer, outputs: list[Record],
                        ) -> dict[tuple[str, int], list[Record]]:
     """``outputs`` by topic and partition, in order: an explicit partition, else one
     partition per topic that needs no key placement, else the producer's partitioner
-    over the key (as ``producer.send`` would place it). ``placements``: those the
-    transaction has chosen already."""
+    over the key (as ``producer.send`` would place it), the keys hashed together first
+    (``partitioning.remember``). ``placements``: those the transaction has chosen
+    already."""
+    remember([r.key for r in outputs if r.partition is None and r.key is not None])
     groups: dict[tuple[str, int], list[Record]] = {}
     for record in outputs:
         partition = record.partition

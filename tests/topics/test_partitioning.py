@@ -7,7 +7,8 @@ import random
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.partitioner import murmur2 as aiokafka_murmur2
 
-from topics.partitioning import key_partition, murmur2
+from topics import partitioning
+from topics.partitioning import key_partition, murmur2, murmur2_same_length, remember
 
 
 def test_murmur2_matches_aiokafka_for_every_tail_length():
@@ -52,3 +53,31 @@ def test_a_key_placed_again_lands_where_the_default_partitioner_puts_it():
             partitions = list(range(count))
             assert key_partition(key, partitions) == \
                 DefaultPartitioner()(key, partitions, partitions)
+
+
+def test_keys_of_one_length_hashed_together_hash_as_one_at_a_time():
+    rng = random.Random(17)
+    for length in range(1, 71):
+        keys = [rng.randbytes(length) for _ in range(20)]
+        assert murmur2_same_length(keys).tolist() == [murmur2(k) for k in keys], length
+
+
+def test_remembered_keys_land_where_the_default_partitioner_puts_them():
+    """Keys remembered together (many of one length, a few of others, some again) are
+    placed as Kafka's partitioner places them, and kept for the lookups that follow."""
+    rng = random.Random(19)
+    keys = ([rng.randbytes(16).hex().encode() for _ in range(40)]
+            + [rng.randbytes(rng.randrange(1, 9)) for _ in range(5)])
+    remember(keys + keys[:10])
+    assert all(k in partitioning._recent for k in keys)
+    partitions = list(range(7))
+    for key in keys:
+        assert key_partition(key, partitions) == \
+            DefaultPartitioner()(key, partitions, partitions)
+
+
+def test_the_kept_hashes_stay_within_their_bound():
+    rng = random.Random(23)
+    for _ in range(3):
+        remember(rng.randbytes(32) for _ in range(partitioning.RECENT_KEYS // 2 + 1))
+        assert len(partitioning._recent) <= partitioning.RECENT_KEYS
