@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-def _floor_lines(d: dict, added_p50_ms: float) -> list[str]:
+def _floor_lines(d: dict, added_p50_ms: float, wall_p50_ms: float) -> list[str]:
     trip, around = d["two_hop_round_trip"], d["two_hop_around_inference"]
     faust_first = d["two_hop_faust_first"]
     return [f"\n(d) floors: two bare transactional hops p50 {trip['p50_ms']:.1f} ms, "
@@ -23,10 +23,10 @@ def _floor_lines(d: dict, added_p50_ms: float) -> list[str]:
             f"{faust_first['p99_ms']:.1f} ms",
             f"    kip's added latency p50 / this p50: "
             f"{added_p50_ms / faust_first['p50_ms']:.2f}x",
-            *_shape_lines(d["two_hop_shape_of_kip"], added_p50_ms)]
+            *_shape_lines(d["two_hop_shape_of_kip"], added_p50_ms, wall_p50_ms)]
 
 
-def _shape_lines(shape: dict, added_p50_ms: float) -> list[str]:
+def _shape_lines(shape: dict, added_p50_ms: float, wall_p50_ms: float) -> list[str]:
     return [f"  the floor of kip's shape (the first hop a bare faust agent, side records "
             f"in each transaction as kip's audit records ride its stages', the second hop "
             f"inferring in a thread): added p50 "
@@ -34,7 +34,9 @@ def _shape_lines(shape: dict, added_p50_ms: float) -> list[str]:
             f"inference p50 {shape['inference']['p50_ms']:.1f} ms; broker "
             f"{shape['broker_cpu_us_per_trip']:.0f} µs CPU per trip",
             f"    kip's added latency p50 / this p50: "
-            f"{added_p50_ms / shape['added']['p50_ms']:.2f}x"]
+            f"{added_p50_ms / shape['added']['p50_ms']:.2f}x",
+            f"    kip's client wall p50 / this round trip's p50 ({shape['wall']['p50_ms']:.1f}"
+            f" ms, inference included): {wall_p50_ms / shape['wall']['p50_ms']:.2f}x"]
 
 
 def _cpu_line(cpu: dict[str, float]) -> str:
@@ -65,7 +67,8 @@ def render(report: dict) -> str:
     for stage, figures in c.items():
         lines.append(f"  {stage:22} p50 {figures['p50_ms']:7.1f}   p99 {figures['p99_ms']:7.1f}")
     lines.append(f"  CPU µs per request: {_cpu_line(report['c_cpu_us_per_request'])}")
-    lines += _floor_lines(report["d_floors"], c["added_over_inference"]["p50_ms"])
+    lines += _floor_lines(report["d_floors"], c["added_over_inference"]["p50_ms"],
+                          c["client_wall"]["p50_ms"])
     e = report["e_audit_chains"]
     per_request = (e["records"] * e["link_us_per_record"] + e["seals"]
                    * e["seal_us_per_transaction"]) / e["requests"]

@@ -98,9 +98,11 @@ def test_a_small_cost_run_reports_every_process_stage_and_floor(registry, capsys
     shape = d["two_hop_shape_of_kip"]
     assert shape["trips"] == args.sequential
     assert shape["inference"]["p50_ms"] > 0 and shape["added"]["p50_ms"] > 0
+    assert shape["wall"]["p50_ms"] > shape["added"]["p50_ms"]
     assert shape["broker_cpu_us_per_trip"] > 0 and around["broker_cpu_us_per_trip"] > 0
     assert "the floor of kip's shape" in bench_cost.render(report)
     assert "floor p50" in bench_cost.render(report)
+    assert "kip's client wall p50 / this round trip's p50" in bench_cost.render(report)
     assert "CPU µs per trip: broker" in bench_cost.render(report)
     assert "the first a bare faust agent" in bench_cost.render(report)
     assert floors.FAUST_TAKE == 500
