@@ -60,16 +60,22 @@ from workers.session import ModelSession
 
 
 SEQUENTIAL_WARM_UP = 20
+# A plain dev broker runs the C1 compiler alone; a secured one keeps C2 for TLS's
+# intrinsics (devkit/broker.py), and C2 is still compiling after 6,000 requests: the
+# broker's (a) read ~200 µs a request then, ~97 after 30,000, as on a plain broker
+# (docs/benchmarks.md).
+WARM_UP = {"plaintext": 6000, "secured": 30000}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=count, default=3000, help="(a) single-row requests")
     p.add_argument("--batched", type=count, default=1000, help="(b) 32-row requests")
     p.add_argument("--sequential", type=count, default=200, help="(c) interactive requests")
-    p.add_argument("--warm-up", type=zero_or_more, default=6000,
+    p.add_argument("--warm-up", type=zero_or_more, default=None,
                    help="single-row requests run before measuring, unmeasured, no more in "
                    "flight at once than (a): the broker's JIT compiler and every cache reach "
-                   "their steady state")
+                   f"their steady state (default {WARM_UP['plaintext']:,}; on a secured bus, "
+                   f"whose broker compiles with C2 as well, {WARM_UP['secured']:,})")
     p.add_argument("--floor-events", type=count, default=5000, help="(d) faust floor events")
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
                    help="registry with the reference models (default $KIP_REGISTRY_DIR)")
@@ -95,10 +101,10 @@ async def measure(args) -> dict:
         async with dev_client(stack) as kip:
             report = {"bus": _bus(kip.kafka)}
             await _warm_up(kip)
-            if args.warm_up:
-                print(f"warming up: {args.warm_up} single-row requests", file=sys.stderr,
+            if warm_up := warm_up_count(args):
+                print(f"warming up: {warm_up} single-row requests", file=sys.stderr,
                       flush=True)
-                for count in warm_up_rounds(args.warm_up, args.requests):
+                for count in warm_up_rounds(warm_up, args.requests):
                     await all_in_flight(kip, pids, raw, count, 1)
             print(f"(a) {args.requests} single-row requests, all in flight", file=sys.stderr, flush=True)
             report["a_single_row"] = await all_in_flight(kip, pids, raw, args.requests, 1)
@@ -129,6 +135,13 @@ def _pids(stack: DevStack) -> dict[str, int]:
     for proc in stack.procs:   # args: python -m kip.cli pipeline | worker --model <m>
         pids[" ".join(a for a in proc.args[3:] if a != "--model")] = proc.pid
     return pids | {"client": os.getpid()}
+
+
+def warm_up_count(args) -> int:
+    """``--warm-up``, or the default for the bus (``WARM_UP``)."""
+    if args.warm_up is not None:
+        return args.warm_up
+    return WARM_UP["plaintext" if args.bus == "plaintext" else "secured"]
 
 
 def warm_up_rounds(total: int, at_once: int) -> list[int]:

@@ -30,6 +30,16 @@ def test_the_main_thread_is_charged_for_its_own_work_and_not_another_threads():
     assert main.stop()["me"] < whole.stop()["me"] / 2
 
 
+def test_a_secured_bus_warms_up_longer_unless_told():
+    """Its broker compiles with C2 as well as C1, and is still at it after 6,000."""
+    counts = {(bus, given): bench_cost.warm_up_count(
+        argparse.Namespace(bus=bus, warm_up=given))
+        for bus in ("plaintext", "scram", "mtls") for given in (None, 0, 500)}
+    assert counts == {("plaintext", None): 6000, ("scram", None): 30000,
+                      ("mtls", None): 30000} | {(bus, given): given for bus in (
+                          "plaintext", "scram", "mtls") for given in (0, 500)}
+
+
 def test_the_warm_up_goes_in_rounds_no_bigger_than_a():
     assert bench_cost.warm_up_rounds(6000, 3000) == [3000, 3000]
     assert bench_cost.warm_up_rounds(7000, 3000) == [3000, 3000, 1000]
