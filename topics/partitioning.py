@@ -8,13 +8,14 @@ masks only where a product can overflow: twice as fast, and the same hash
 (tests/topics/test_partitioning.py checks it against aiokafka's on random keys). The
 pipeline and the workers place an audit record by its request id, one per request.
 
-It still costs ~3 µs a 32-byte key, and a stage places every key twice in a row: the
-pipeline a request's work item and its audit record, a worker its result and its audit
-record, all under the request id. ``key_partition`` keeps the last keys' hashes
-(``RECENT_KEYS``), so the second costs a lookup. A transaction's records are placed
-together, so ``remember`` hashes their keys first, as many at once as share a length:
-numpy runs the same steps over a column of words per step, ~25 µs for any number of
-keys up to a few hundred, where one key at a time costs ~2.6 µs each (32 keys: 84 µs).
+It still costs ~3 µs a 32-byte key. Work items and results go to any partition
+(``TopicNames.any_partition``), so a stage hashes one key a request, its audit record's,
+when it commits. ``remember`` hashes a transaction's keys first, as many at once as
+share a length: numpy runs the same steps over a column of words per step, ~25 µs for
+any number of keys up to a few hundred, where one key at a time costs ~2.6 µs each (32
+keys: 84 µs). The hashes are kept (``RECENT_KEYS``) for the lookups of ``key_partition``
+that follow, and for an interactive request's key, placed once as its transaction begins
+early (topics/transactions.py) and again when it commits.
 """
 
 from __future__ import annotations
