@@ -59,12 +59,18 @@ from topics.clients import KafkaConnection
 from workers.session import ModelSession
 
 
-SEQUENTIAL_WARM_UP = 20
 # A plain dev broker runs the C1 compiler alone; a secured one keeps C2 for TLS's
 # intrinsics (devkit/broker.py), and C2 is still compiling after 6,000 requests: the
 # broker's (a) read ~200 µs a request then, ~97 after 30,000, as on a plain broker
 # (docs/benchmarks.md).
 WARM_UP = {"plaintext": 6000, "secured": 30000}
+# (c)'s requests one at a time take paths that (a)'s, all in flight, barely use: fetches
+# that wait out their long poll, transactions of one record. On a secured broker after
+# (a)'s warm-up, C2 compiled them through (c)'s first ~2,000 requests, at 7 ms of CPU a
+# request at first, on a core the stages wait for; a plain broker's CPU a request still
+# fell ~15% over the first ~1,200 (docs/benchmarks.md). A long-running broker has long
+# compiled them, and the floors, run after (c), find them compiled.
+SEQUENTIAL_WARM_UP = {"plaintext": 1500, "secured": 2500}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -76,6 +82,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "flight at once than (a): the broker's JIT compiler and every cache reach "
                    f"their steady state (default {WARM_UP['plaintext']:,}; on a secured bus, "
                    f"whose broker compiles with C2 as well, {WARM_UP['secured']:,})")
+    p.add_argument("--sequential-warm-up", type=zero_or_more, default=None,
+                   help="interactive requests run one at a time before (c), unmeasured: "
+                   "the broker's paths for them are compiled too (default "
+                   f"{SEQUENTIAL_WARM_UP['plaintext']:,}; on a secured bus "
+                   f"{SEQUENTIAL_WARM_UP['secured']:,})")
     p.add_argument("--floor-events", type=count, default=5000, help="(d) faust floor events")
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
                    help="registry with the reference models (default $KIP_REGISTRY_DIR)")
@@ -110,9 +121,11 @@ async def measure(args) -> dict:
             report["a_single_row"] = await all_in_flight(kip, pids, raw, args.requests, 1)
             print(f"(b) {args.batched} requests of 32 rows, all in flight", file=sys.stderr, flush=True)
             report["b_32_rows"] = await all_in_flight(kip, pids, raw, args.batched, 32)
-            print(f"(c) {args.sequential} interactive requests, one at a time", file=sys.stderr, flush=True)
+            warm_up = sequential_warm_up_count(args)
+            print(f"(c) {args.sequential} interactive requests, one at a time, after "
+                  f"{warm_up} unmeasured", file=sys.stderr, flush=True)
             report["c_sequential"], report["c_cpu_us_per_request"] = await sequential(
-                kip, stack, args.sequential, pids)
+                kip, stack, args.sequential, pids, warm_up)
         print("(d) floors: two bare transactional hops; a bare faust consumer", file=sys.stderr, flush=True)
         report["d_floors"] = await _floors(stack, args, pids["broker"])
         print("(e) audit chains: the run's audit topic", file=sys.stderr, flush=True)
@@ -139,9 +152,18 @@ def _pids(stack: DevStack) -> dict[str, int]:
 
 def warm_up_count(args) -> int:
     """``--warm-up``, or the default for the bus (``WARM_UP``)."""
-    if args.warm_up is not None:
-        return args.warm_up
-    return WARM_UP["plaintext" if args.bus == "plaintext" else "secured"]
+    return _given_or_for_bus(args.warm_up, WARM_UP, args.bus)
+
+
+def sequential_warm_up_count(args) -> int:
+    """``--sequential-warm-up``, or the default for the bus (``SEQUENTIAL_WARM_UP``)."""
+    return _given_or_for_bus(args.sequential_warm_up, SEQUENTIAL_WARM_UP, args.bus)
+
+
+def _given_or_for_bus(given: int | None, defaults: dict[str, int], bus: str) -> int:
+    if given is not None:
+        return given
+    return defaults["plaintext" if bus == "plaintext" else "secured"]
 
 
 def warm_up_rounds(total: int, at_once: int) -> list[int]:
@@ -238,16 +260,17 @@ def _all_ok(results: list[InferenceResult]) -> None:
         raise RuntimeError(f"{len(bad)} requests did not succeed, e.g. {bad[0].error}{hint}")
 
 
-async def sequential(kip: KipClient, stack: DevStack, count: int, pids: dict[str, int]
-                     ) -> tuple[dict, dict]:
+async def sequential(kip: KipClient, stack: DevStack, count: int, pids: dict[str, int],
+                     warm_up: int) -> tuple[dict, dict]:
     """Wall time and stages of ``count`` interactive MiniLM requests one at a time, and
     raw ONNX Runtime on the same inputs; and each process's CPU µs per request over
     them (set beside the floor's per trip, it shows where the two part ways). After
-    ``SEQUENTIAL_WARM_UP`` unmeasured ones
-    (as the floor discards its first trips): the interactive class's first request
-    makes the pipeline claim its input partition, fencing and reading back admitted
-    ids, which is a start-up cost and not the unloaded latency (c) is after."""
-    for text in sentences(SEQUENTIAL_WARM_UP, seed=2):
+    ``warm_up`` unmeasured ones (as the floor discards its first trips): the interactive
+    class's first request makes the pipeline claim its input partition, fencing and
+    reading back admitted ids, and the broker compiles the path's code
+    (``SEQUENTIAL_WARM_UP``); both are start-up costs, not the unloaded latency (c) is
+    after."""
+    for text in sentences(warm_up, seed=2):
         _all_ok([await kip.infer("minilm", {"text": [text]}, priority="interactive")])
     texts = sentences(count)
     stages: dict[str, list[float]] = {k: [] for k in (

@@ -40,6 +40,16 @@ def test_a_secured_bus_warms_up_longer_unless_told():
                           "plaintext", "scram", "mtls") for given in (0, 500)}
 
 
+def test_c_warms_up_longer_on_a_secured_bus_unless_told():
+    """(c)'s path, one request at a time, is compiled before it is measured."""
+    counts = {(bus, given): bench_cost.sequential_warm_up_count(
+        argparse.Namespace(bus=bus, sequential_warm_up=given))
+        for bus in ("plaintext", "scram", "mtls") for given in (None, 0, 30)}
+    assert counts == {("plaintext", None): 1500, ("scram", None): 2500,
+                      ("mtls", None): 2500} | {(bus, given): given for bus in (
+                          "plaintext", "scram", "mtls") for given in (0, 30)}
+
+
 def test_the_warm_up_goes_in_rounds_no_bigger_than_a():
     assert bench_cost.warm_up_rounds(6000, 3000) == [3000, 3000]
     assert bench_cost.warm_up_rounds(7000, 3000) == [3000, 3000, 1000]
@@ -72,6 +82,7 @@ def test_the_floors_produce_retries_are_counted_and_not_printed(caplog):
 
 def test_a_small_cost_run_reports_every_process_stage_and_floor(registry, capsys):
     args = argparse.Namespace(requests=40, batched=10, sequential=10, floor_events=300, warm_up=20,
+                              sequential_warm_up=20,
                               registry=registry.root, json=True, bus="plaintext")
     report = asyncio.run(bench_cost.measure(args))
     assert report["bus"] == "PLAINTEXT"
@@ -123,6 +134,7 @@ def test_on_the_secured_bus_every_process_and_floor_connects_over_tls(registry):
     connected kip's processes and the client with their certificates and both floors
     over TLS."""
     args = argparse.Namespace(requests=20, batched=4, sequential=4, floor_events=200, warm_up=0,
+                              sequential_warm_up=2,
                               registry=registry.root, json=True, bus="mtls")
     report = asyncio.run(bench_cost.measure(args))
     assert report["bus"] == "SSL"
