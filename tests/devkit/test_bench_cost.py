@@ -7,6 +7,8 @@ import argparse
 import asyncio
 import os
 
+import pytest
+
 from devkit import bench_cost, floors
 from devkit.cpu import CpuMeter, cpu_us, main_thread_cpu_us
 
@@ -30,23 +32,17 @@ def test_the_main_thread_is_charged_for_its_own_work_and_not_another_threads():
     assert main.stop()["me"] < whole.stop()["me"] / 2
 
 
-def test_a_secured_bus_warms_up_longer_unless_told():
-    """Its broker compiles with C2 as well as C1, and is still at it after 6,000."""
-    counts = {(bus, given): bench_cost.warm_up_count(
-        argparse.Namespace(bus=bus, warm_up=given))
-        for bus in ("plaintext", "scram", "mtls") for given in (None, 0, 500)}
-    assert counts == {("plaintext", None): 6000, ("scram", None): 30000,
-                      ("mtls", None): 30000} | {(bus, given): given for bus in (
-                          "plaintext", "scram", "mtls") for given in (0, 500)}
-
-
-def test_c_warms_up_longer_on_a_secured_bus_unless_told():
-    """(c)'s path, one request at a time, is compiled before it is measured."""
-    counts = {(bus, given): bench_cost.sequential_warm_up_count(
-        argparse.Namespace(bus=bus, sequential_warm_up=given))
-        for bus in ("plaintext", "scram", "mtls") for given in (None, 0, 30)}
-    assert counts == {("plaintext", None): 1500, ("scram", None): 2500,
-                      ("mtls", None): 2500} | {(bus, given): given for bus in (
+@pytest.mark.parametrize("count, option, plain, secured", [
+    (bench_cost.warm_up_count, "warm_up", 6000, 30000),
+    (bench_cost.sequential_warm_up_count, "sequential_warm_up", 1500, 2500)])
+def test_a_secured_bus_warms_up_longer_unless_told(count, option, plain, secured):
+    """Its broker compiles with C2 as well as C1, and is still at it after 6,000
+    requests all in flight; (c)'s path, one request at a time, is compiled too before
+    it is measured."""
+    counts = {(bus, given): count(argparse.Namespace(bus=bus, **{option: given}))
+              for bus in ("plaintext", "scram", "mtls") for given in (None, 0, 30)}
+    assert counts == {("plaintext", None): plain, ("scram", None): secured,
+                      ("mtls", None): secured} | {(bus, given): given for bus in (
                           "plaintext", "scram", "mtls") for given in (0, 30)}
 
 
