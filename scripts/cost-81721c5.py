@@ -11,7 +11,8 @@ folder, which must hold the old commit's modules)
 The same scenario as devkit/bench_cost.py, written against that commit's modules
 (kip.devstack, kip.broker, the client of then): its own broker and stack, a warm-up,
 (a) single-row digits requests all in flight, (b) 32-row ones, each process's CPU read
-from /proc before and after; (c) interactive MiniLM requests one at a time.
+from /proc before and after; (c) interactive MiniLM requests one at a time, after
+1,500 unmeasured (as ``kip bench cost`` on a plain bus).
 """
 
 from __future__ import annotations
