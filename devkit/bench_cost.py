@@ -59,34 +59,30 @@ from topics.clients import KafkaConnection
 from workers.session import ModelSession
 
 
-# A plain dev broker runs the C1 compiler alone; a secured one keeps C2 for TLS's
-# intrinsics (devkit/broker.py), and C2 is still compiling after 6,000 requests: the
-# broker's (a) read ~200 µs a request then, ~97 after 30,000, as on a plain broker
+# The broker keeps the C2 compiler on every bus, as a long-running one has it (the
+# JVM's default; a plain dev broker runs C1 alone, for tests' young brokers: devkit/
+# broker.py), and is warmed up until C2 has compiled what each scenario runs. After
+# 6,000 requests all in flight C2 was still compiling, ~200 µs of the broker's CPU a
+# request against ~97 after 30,000. (c)'s requests one at a time take paths that (a)'s
+# barely use: fetches that wait out their long poll, transactions of one record; C2
+# compiled them through (c)'s first ~2,000 requests, at 7 ms of CPU a request at first,
+# on a core the stages wait for. The floors, run after (c), find them compiled
 # (docs/benchmarks.md).
-WARM_UP = {"plaintext": 6000, "secured": 30000}
-# (c)'s requests one at a time take paths that (a)'s, all in flight, barely use: fetches
-# that wait out their long poll, transactions of one record. On a secured broker after
-# (a)'s warm-up, C2 compiled them through (c)'s first ~2,000 requests, at 7 ms of CPU a
-# request at first, on a core the stages wait for; a plain broker's CPU a request still
-# fell ~15% over the first ~1,200 (docs/benchmarks.md). A long-running broker has long
-# compiled them, and the floors, run after (c), find them compiled.
-SEQUENTIAL_WARM_UP = {"plaintext": 1500, "secured": 2500}
+WARM_UP = 30000
+SEQUENTIAL_WARM_UP = 2500
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=count, default=3000, help="(a) single-row requests")
     p.add_argument("--batched", type=count, default=1000, help="(b) 32-row requests")
     p.add_argument("--sequential", type=count, default=200, help="(c) interactive requests")
-    p.add_argument("--warm-up", type=zero_or_more, default=None,
+    p.add_argument("--warm-up", type=zero_or_more, default=WARM_UP,
                    help="single-row requests run before measuring, unmeasured, no more in "
-                   "flight at once than (a): the broker's JIT compiler and every cache reach "
-                   f"their steady state (default {WARM_UP['plaintext']:,}; on a secured bus, "
-                   f"whose broker compiles with C2 as well, {WARM_UP['secured']:,})")
-    p.add_argument("--sequential-warm-up", type=zero_or_more, default=None,
+                   "flight at once than (a): the broker's JIT compilers and every cache reach "
+                   f"their steady state (default {WARM_UP:,})")
+    p.add_argument("--sequential-warm-up", type=zero_or_more, default=SEQUENTIAL_WARM_UP,
                    help="interactive requests run one at a time before (c), unmeasured: "
-                   "the broker's paths for them are compiled too (default "
-                   f"{SEQUENTIAL_WARM_UP['plaintext']:,}; on a secured bus "
-                   f"{SEQUENTIAL_WARM_UP['secured']:,})")
+                   f"the broker compiles their paths too (default {SEQUENTIAL_WARM_UP:,})")
     p.add_argument("--floor-events", type=count, default=5000, help="(d) faust floor events")
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
                    help="registry with the reference models (default $KIP_REGISTRY_DIR)")
@@ -105,27 +101,28 @@ def run(args) -> int:
 
 
 async def measure(args) -> dict:
-    async with own_stack("cost", args.registry, bus=args.bus, log=_quiet) as stack:
+    async with own_stack("cost", args.registry, bus=args.bus, log=_quiet,
+                         steady_state=True) as stack:
         stack.start_services(log=_quiet)
         pids = _pids(stack)
         raw = RawDigits(stack)
         async with dev_client(stack) as kip:
-            report = {"bus": _bus(kip.kafka)}
+            report = {"bus": _bus(kip.kafka),
+                      "broker_jvm_options": stack.own_broker.jvm_options}
             await _warm_up(kip)
-            if warm_up := warm_up_count(args):
-                print(f"warming up: {warm_up} single-row requests", file=sys.stderr,
+            if args.warm_up:
+                print(f"warming up: {args.warm_up} single-row requests", file=sys.stderr,
                       flush=True)
-                for count in warm_up_rounds(warm_up, args.requests):
+                for count in warm_up_rounds(args.warm_up, args.requests):
                     await all_in_flight(kip, pids, raw, count, 1)
             print(f"(a) {args.requests} single-row requests, all in flight", file=sys.stderr, flush=True)
             report["a_single_row"] = await all_in_flight(kip, pids, raw, args.requests, 1)
             print(f"(b) {args.batched} requests of 32 rows, all in flight", file=sys.stderr, flush=True)
             report["b_32_rows"] = await all_in_flight(kip, pids, raw, args.batched, 32)
-            warm_up = sequential_warm_up_count(args)
             print(f"(c) {args.sequential} interactive requests, one at a time, after "
-                  f"{warm_up} unmeasured", file=sys.stderr, flush=True)
+                  f"{args.sequential_warm_up} unmeasured", file=sys.stderr, flush=True)
             report["c_sequential"], report["c_cpu_us_per_request"] = await sequential(
-                kip, stack, args.sequential, pids, warm_up)
+                kip, stack, args.sequential, pids, args.sequential_warm_up)
         print("(d) floors: two bare transactional hops; a bare faust consumer", file=sys.stderr, flush=True)
         report["d_floors"] = await _floors(stack, args, pids["broker"])
         print("(e) audit chains: the run's audit topic", file=sys.stderr, flush=True)
@@ -148,22 +145,6 @@ def _pids(stack: DevStack) -> dict[str, int]:
     for proc in stack.procs:   # args: python -m kip.cli pipeline | worker --model <m>
         pids[" ".join(a for a in proc.args[3:] if a != "--model")] = proc.pid
     return pids | {"client": os.getpid()}
-
-
-def warm_up_count(args) -> int:
-    """``--warm-up``, or the default for the bus (``WARM_UP``)."""
-    return _given_or_for_bus(args.warm_up, WARM_UP, args.bus)
-
-
-def sequential_warm_up_count(args) -> int:
-    """``--sequential-warm-up``, or the default for the bus (``SEQUENTIAL_WARM_UP``)."""
-    return _given_or_for_bus(args.sequential_warm_up, SEQUENTIAL_WARM_UP, args.bus)
-
-
-def _given_or_for_bus(given: int | None, defaults: dict[str, int], bus: str) -> int:
-    if given is not None:
-        return given
-    return defaults["plaintext" if bus == "plaintext" else "secured"]
 
 
 def warm_up_rounds(total: int, at_once: int) -> list[int]:

@@ -144,7 +144,7 @@ class LocalBroker:
     def __init__(self, data_dir: str | os.PathLike, port: int = 9092,
                  controller_port: int | None = None, *, secure: bool = False,
                  users: list[str] = (), mtls_port: int | None = None,
-                 config: Path | None = None) -> None:
+                 config: Path | None = None, steady_state: bool = False) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port
         self.controller_port = controller_port or port + 1
@@ -154,6 +154,7 @@ class LocalBroker:
         self.log_file = self.data_dir / "broker.log"
         self.security = Security(self.data_dir / "security", list(users)) if secure else None
         self.config = config   # a server.properties of someone else's making, run as it is
+        self.steady_state = steady_state
 
     @property
     def bootstrap(self) -> str:
@@ -161,8 +162,10 @@ class LocalBroker:
 
     @property
     def jvm_options(self) -> list[str]:
-        """The JVM's flags: a secured broker keeps the C2 compiler (``JVM_OPTIONS``)."""
-        return JVM_OPTIONS if self.security else PLAIN_JVM_OPTIONS
+        """The JVM's flags: a secured broker keeps the C2 compiler (``JVM_OPTIONS``), and
+        so does one made for ``steady_state``: a benchmark that warms it up to measure
+        what a long-running broker, compiled by C2 as the JVM's default has it, costs."""
+        return JVM_OPTIONS if self.security or self.steady_state else PLAIN_JVM_OPTIONS
 
     @property
     def mtls_bootstrap(self) -> str:

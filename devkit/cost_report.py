@@ -44,7 +44,7 @@ def _cpu_line(cpu: dict[str, float]) -> str:
 
 
 def render(report: dict) -> str:
-    lines = [f"bus: {report['bus']}"]
+    lines = [f"bus: {report['bus']}; broker JVM: {' '.join(report['broker_jvm_options'])}"]
     for key, title in (("a_single_row", "(a) single-row requests, all in flight"),
                        ("b_32_rows", "(b) 32-row requests, all in flight")):
         r = report[key]

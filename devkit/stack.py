@@ -289,13 +289,13 @@ BUSES = ("plaintext", "scram", "mtls")
 
 @asynccontextmanager
 async def own_stack(prefix: str, registry_dir: Path, worker_env: dict[str, str] | None = None,
-                    split_pipeline: bool = False, bus: str = "plaintext", log=print
-                    ) -> AsyncIterator[DevStack]:
+                    split_pipeline: bool = False, bus: str = "plaintext", log=print,
+                    steady_state: bool = False) -> AsyncIterator[DevStack]:
     """A prepared kip with a broker of its own on free loopback ports, in a temporary
-    folder, on ``bus`` (``BUSES``); services are the caller's to start. Everything stops
-    on exit."""
+    folder, on ``bus`` (``BUSES``), compiled by C2 where ``steady_state``
+    (``LocalBroker``); services are the caller's to start. Everything stops on exit."""
     with tempfile.TemporaryDirectory(prefix=f"kip-{prefix}-") as tmp:
-        broker = _own_broker(Path(tmp), bus)
+        broker = _own_broker(Path(tmp), bus, steady_state)
         stack = DevStack(home=Path(tmp), bootstrap_servers=broker.bootstrap, prefix=prefix,
                          registry_dir=registry_dir, metrics_base_port=0,
                          worker_env=worker_env or {}, split_pipeline=split_pipeline,
@@ -310,12 +310,12 @@ async def own_stack(prefix: str, registry_dir: Path, worker_env: dict[str, str] 
             stack.remove_signatures()
 
 
-def _own_broker(home: Path, bus: str) -> LocalBroker:
+def _own_broker(home: Path, bus: str, steady_state: bool) -> LocalBroker:
     """A broker for a stack in ``home``: plain, or secured with a user for each of the
     stack's roles (its SASL_SSL listener and its mTLS one both open)."""
     if bus not in BUSES:
         raise ValueError(f"bus '{bus}': expected one of {', '.join(BUSES)}")
-    ports = dict(port=free_port(), controller_port=free_port())
+    ports = dict(port=free_port(), controller_port=free_port(), steady_state=steady_state)
     if bus == "plaintext":
         return LocalBroker(home / "kafka", **ports)
     return LocalBroker(home / "kafka", **ports, mtls_port=free_port(), secure=True,

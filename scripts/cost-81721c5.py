@@ -12,7 +12,7 @@ The same scenario as devkit/bench_cost.py, written against that commit's modules
 (kip.devstack, kip.broker, the client of then): its own broker and stack, a warm-up,
 (a) single-row digits requests all in flight, (b) 32-row ones, each process's CPU read
 from /proc before and after; (c) interactive MiniLM requests one at a time, after
-1,500 unmeasured (as ``kip bench cost`` on a plain bus).
+2,500 unmeasured; its broker compiled by C2 too, as ``kip bench cost``'s.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+import kip.broker
 from kip.broker import LocalBroker, free_port
 from kip.client import KipClient
 from kip.devstack import DEV_KEY_ID, DevStack, ensure_dev_access
@@ -90,18 +91,21 @@ async def measure(stack: DevStack, broker: LocalBroker) -> None:
         for model, inputs in (("digits", {"pixels": np.zeros((1, 64), np.float32)}),
                               ("minilm", {"text": ["warm"]})):
             assert (await kip.infer(model, inputs, timeout_s=120)).status == "ok"
-        await in_flight(kip, pids, 6000, 1, require_ok=False)   # as kip bench cost warms up
+        for _ in range(10):   # 30,000 in rounds of (a)'s 3,000, as kip bench cost warms up
+            await in_flight(kip, pids, 3000, 1, require_ok=False)
         for title, count, rows in (("(a) single row, CPU µs per request", 3000, 1),
                                    ("(b) 32 rows, CPU µs per row", 1000, 32)):
             spent = await in_flight(kip, pids, count, rows)
             print(f"{title} ({spent.pop('per_s'):.0f} requests/s):")
             print("  " + "  ".join(f"{n} {us / rows:.1f}" for n, us in spent.items()))
         print("(c) interactive MiniLM one at a time, ms (p50, p99):")
-        for name, (p50, p99) in (await sequential(kip, 200, 1500)).items():
+        for name, (p50, p99) in (await sequential(kip, 200, 2500)).items():
             print(f"  {name}: {p50:.1f}, {p99:.1f}")
 
 
 def main() -> int:
+    kip.broker.JVM_OPTIONS = [o for o in kip.broker.JVM_OPTIONS   # C2 too, as kip bench
+                              if not o.startswith("-XX:TieredStopAtLevel")]   # cost's broker
     with tempfile.TemporaryDirectory(prefix="kip-then-") as tmp:
         broker = LocalBroker(Path(tmp) / "kafka", port=free_port(), controller_port=free_port())
         broker.start(log=lambda *_: None)

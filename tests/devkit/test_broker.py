@@ -23,6 +23,13 @@ def test_a_plain_broker_runs_c1_alone_and_a_secured_one_keeps_c2(broker, secure_
     assert "-XX:+UseZGC" in secured and not any("TieredStopAtLevel" in a for a in secured)
 
 
+def test_a_broker_made_for_steady_state_keeps_c2(tmp_path):
+    """As a long-running broker has it: benchmarks warm it up and measure that."""
+    assert "-XX:TieredStopAtLevel=1" in LocalBroker(tmp_path).jvm_options
+    assert not any("TieredStopAtLevel" in a
+                   for a in LocalBroker(tmp_path, steady_state=True).jvm_options)
+
+
 def test_a_run_of_free_ports_lies_below_the_ephemeral_range_and_every_one_binds():
     base = free_port_run(4)
     assert 20_000 <= base and base + 4 <= 32_000
