@@ -19,14 +19,19 @@ were already answered. The same check makes a retried commit idempotent: if the
 broker committed the transaction but the reply was lost, the rebuilt producer finds the
 offset already moved and sends nothing.
 
-A commit is five round trips one after another: AddPartitionsToTxn, the produce,
-AddOffsetsToTxn, TxnOffsetCommit, EndTxn. The produce waits for its acknowledgement
-before the offsets go: the broker (KIP-890) verifies a transactional produce with the
-transaction coordinator, and a verification that meets another request of the same
-transactional id there (AddOffsetsToTxn's state change, TxnOffsetCommit's own
-verification) fails the produce with NOT_ENOUGH_REPLICAS, which the producer retries
-after its backoff: overlapped, about one commit in twenty took 10 ms longer
-(docs/benchmarks.md). A stage that knows where its outputs will go before it has them
+A commit is five round trips one after another: AddOffsetsToTxn, AddPartitionsToTxn,
+the produce, TxnOffsetCommit, EndTxn. AddOffsetsToTxn goes first because a commit
+right behind its partition's last meets the coordinator still writing that one's
+markers, and is refused (CONCURRENT_TRANSACTIONS) for a few ms: kip retries its own
+AddOffsetsToTxn a millisecond later (``add_group``), where aiokafka retries a refused
+first AddPartitionsToTxn only after 20 ms. Behind one another, interactive rounds
+waited those 20 ms about one time in two (docs/benchmarks.md). The produce waits for
+its acknowledgement before the offsets go: the broker (KIP-890) verifies a
+transactional produce with the transaction coordinator, and a verification that meets
+another request of the same transactional id there (AddOffsetsToTxn's state change,
+TxnOffsetCommit's own verification) fails the produce with NOT_ENOUGH_REPLICAS, which
+the producer retries after its backoff: overlapped, about one commit in twenty took
+10 ms longer (docs/benchmarks.md). A stage that knows where its outputs will go before it has them
 (a worker, once it has decoded a batch, while its inference runs) can ``begin_early``:
 the transaction begins, AddOffsetsToTxn is answered, a TxnOffsetCommit restates the
 position committed already (the commit's own overwrites it), then the partitions are
@@ -264,6 +269,7 @@ class PartitionTransactions:
         if placements is None:
             placements = {}
             await producer.begin_transaction()
+            await add_group(producer, self.group_id)   # first: see the module's docstring
         groups = await by_partition(producer, outputs, placements, self.any_partition)
         if begun:   # a partition it lacks is added before any produce goes: above
             await add_partitions(producer, [TopicPartition(*g) for g in groups])

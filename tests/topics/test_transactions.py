@@ -332,3 +332,30 @@ def test_a_commit_never_has_its_produce_retried(broker, prefix, caplog, early):
 
 
 COMMITS = 200
+
+
+def test_a_commit_right_behind_the_last_adds_its_partitions_once(broker, prefix):
+    """A commit begun at the commit, right behind its partition's last, meets the
+    coordinator still writing that one's markers (CONCURRENT_TRANSACTIONS). Its
+    AddOffsetsToTxn goes first and is retried a millisecond apart; were its
+    AddPartitionsToTxn first, aiokafka would retry it only after 20 ms, and an
+    interactive round behind another waited those 20 ms in about one case of two."""
+    async def scenario():
+        inp, out = await _topics(broker.bootstrap, prefix)
+        tp = TopicPartition(inp, 0)
+        async with PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as tx:
+            assert await tx.commit(tp, _entries(out, [0]))   # the producer, fenced in
+            with _requests_sent(tx._producers[tp]) as sent:
+                for offset in range(1, BEHIND):
+                    assert await tx.commit(tp, _entries(out, [offset]))
+            assert await _committed(tx, tp, BEHIND) == BEHIND
+        commits = [n for n in sent if n in TRANSACTION_REQUESTS]
+        assert commits.count("AddPartitionsToTxnRequest") == BEHIND - 1
+        steps = [n for i, n in enumerate(commits) if i == 0 or n != commits[i - 1]]
+        assert steps == (BEHIND - 1) * [   # an AddOffsetsToTxn retried counts once
+            "AddOffsetsToTxnRequest", "AddPartitionsToTxnRequest", "ProduceRequest",
+            "TxnOffsetCommitRequest", "EndTxnRequest"]
+    asyncio.run(scenario())
+
+
+BEHIND = 50
