@@ -310,22 +310,10 @@ def test_a_commit_never_has_its_produce_retried(broker, prefix, caplog, early):
     the commit sends each request alone; one begun early restated its position
     already, so its produce goes beside a TxnOffsetCommit the broker does not verify.
     Neither had a produce retried, and each TxnOffsetCommit was answered at once."""
-    async def scenario():
-        inp, out = await _topics(broker.bootstrap, prefix)
-        tp = TopicPartition(inp, 0)
-        async with PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as tx:
-            assert await tx.commit(tp, _entries(out, [0]))   # the producer, fenced in
-            with _requests_sent(tx._producers[tp]) as sent:
-                for offset in range(1, COMMITS):
-                    if early:
-                        tx.begin_early(tp, [(out, b"k")])
-                        await asyncio.sleep(0.005)   # the stage at work
-                    assert await tx.commit(tp, _entries(out, [offset]))
-            assert await _committed(tx, tp, COMMITS) == COMMITS
-        restated = COMMITS - 1 if early else 0
-        assert sent.count("TxnOffsetCommitRequest") == COMMITS - 1 + restated
     caplog.set_level(logging.WARNING, logger="aiokafka.producer.sender")
-    asyncio.run(scenario())
+    sent = asyncio.run(_one_after_another(broker, prefix, COMMITS, early))
+    restated = COMMITS - 1 if early else 0
+    assert sent.count("TxnOffsetCommitRequest") == COMMITS - 1 + restated
     retried = [r.getMessage() for r in caplog.records if "produce response" in r.getMessage()
                and "NotEnoughReplicas" in r.getMessage()]   # a failed verification
     assert retried == []
@@ -340,22 +328,32 @@ def test_a_commit_right_behind_the_last_adds_its_partitions_once(broker, prefix)
     AddOffsetsToTxn goes first and is retried a millisecond apart; were its
     AddPartitionsToTxn first, aiokafka would retry it only after 20 ms, and an
     interactive round behind another waited those 20 ms in about one case of two."""
-    async def scenario():
-        inp, out = await _topics(broker.bootstrap, prefix)
-        tp = TopicPartition(inp, 0)
-        async with PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as tx:
-            assert await tx.commit(tp, _entries(out, [0]))   # the producer, fenced in
-            with _requests_sent(tx._producers[tp]) as sent:
-                for offset in range(1, BEHIND):
-                    assert await tx.commit(tp, _entries(out, [offset]))
-            assert await _committed(tx, tp, BEHIND) == BEHIND
-        commits = [n for n in sent if n in TRANSACTION_REQUESTS]
-        assert commits.count("AddPartitionsToTxnRequest") == BEHIND - 1
-        steps = [n for i, n in enumerate(commits) if i == 0 or n != commits[i - 1]]
-        assert steps == (BEHIND - 1) * [   # an AddOffsetsToTxn retried counts once
-            "AddOffsetsToTxnRequest", "AddPartitionsToTxnRequest", "ProduceRequest",
-            "TxnOffsetCommitRequest", "EndTxnRequest"]
-    asyncio.run(scenario())
+    sent = asyncio.run(_one_after_another(broker, prefix, BEHIND))
+    commits = [n for n in sent if n in TRANSACTION_REQUESTS]
+    assert commits.count("AddPartitionsToTxnRequest") == BEHIND - 1
+    steps = [n for i, n in enumerate(commits) if i == 0 or n != commits[i - 1]]
+    assert steps == (BEHIND - 1) * [   # an AddOffsetsToTxn retried counts once
+        "AddOffsetsToTxnRequest", "AddPartitionsToTxnRequest", "ProduceRequest",
+        "TxnOffsetCommitRequest", "EndTxnRequest"]
 
 
 BEHIND = 50
+
+
+async def _one_after_another(broker, prefix: str, commits: int, early: bool = False
+                             ) -> list[str]:
+    """``commits`` commits of one record each on one partition, each right after the
+    last (with ``early``, begun early 5 ms before it); the requests sent by all but the
+    first, which builds the producer and fences in its transactional id."""
+    inp, out = await _topics(broker.bootstrap, prefix)
+    tp = TopicPartition(inp, 0)
+    async with PartitionTransactions(broker.kafka, f"{prefix}.g", TIMEOUT_MS) as tx:
+        assert await tx.commit(tp, _entries(out, [0]))
+        with _requests_sent(tx._producers[tp]) as sent:
+            for offset in range(1, commits):
+                if early:
+                    tx.begin_early(tp, [(out, b"k")])
+                    await asyncio.sleep(0.005)   # the stage at work
+                assert await tx.commit(tp, _entries(out, [offset]))
+        assert await _committed(tx, tp, commits) == commits
+    return sent
