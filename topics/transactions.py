@@ -31,11 +31,11 @@ transactional produce with the transaction coordinator, and a verification that 
 another request of the same transactional id there (AddOffsetsToTxn's state change,
 TxnOffsetCommit's own verification) fails the produce with NOT_ENOUGH_REPLICAS, which
 the producer retries after its backoff: overlapped, about one commit in twenty took
-10 ms longer (docs/benchmarks.md). A stage that knows where its outputs will go before it has them
-(a worker, once it has decoded a batch, while its inference runs) can ``begin_early``:
-the transaction begins, AddOffsetsToTxn is answered, a TxnOffsetCommit restates the
-position committed already (the commit's own overwrites it), then the partitions are
-added, one request at a time. The commit is left with the produce and TxnOffsetCommit,
+10 ms longer (docs/benchmarks.md). A stage that knows where its outputs will go before
+it has them (a worker, once it has decoded a batch, while its inference runs) can
+``begin_early``: the transaction begins, AddOffsetsToTxn is answered, a TxnOffsetCommit
+restates the position committed already (the commit's own overwrites it), then the
+partitions are added, one request at a time. The commit is left with the produce and TxnOffsetCommit,
 side by side, and EndTxn: the broker verifies only a transaction's first write to a
 partition, and the restated position was the first to the group's. A partition the
 commit needs beyond those is added before any of its produce goes, for the same reason.

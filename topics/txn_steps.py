@@ -114,8 +114,9 @@ class _AddGroup(AddOffsetsToTxnHandler):
     """aiokafka's AddOffsetsToTxn step, retried sooner while the coordinator is still
     writing the last transaction's markers (CONCURRENT_TRANSACTIONS): a kept
     transaction, or a commit right behind the last, begins right after a commit, and
-    the markers take a millisecond or so where the producer's backoff is 10 ms. The retries back off to that 10 ms, so a
-    busy broker, slow to write markers, is not asked every millisecond."""
+    the markers take a millisecond or so where the producer's backoff is 10 ms. The
+    retries back off to that 10 ms, so a busy broker, slow to write markers, is not
+    asked every millisecond."""
 
     def __init__(self, sender, group_id: str, concurrent_retry_s: float) -> None:
         super().__init__(sender, group_id)
