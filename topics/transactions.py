@@ -35,10 +35,11 @@ the producer retries after its backoff: overlapped, about one commit in twenty t
 it has them (a worker, once it has decoded a batch, while its inference runs) can
 ``begin_early``: the transaction begins, AddOffsetsToTxn is answered, a TxnOffsetCommit
 restates the position committed already (the commit's own overwrites it), then the
-partitions are added, one request at a time. The commit is left with the produce and TxnOffsetCommit,
-side by side, and EndTxn: the broker verifies only a transaction's first write to a
-partition, and the restated position was the first to the group's. A partition the
-commit needs beyond those is added before any of its produce goes, for the same reason.
+partitions are added, one request at a time. The commit is left with the produce and
+TxnOffsetCommit, side by side, and EndTxn: the broker verifies only a transaction's
+first write to a partition, and the restated position was the first to the group's. A
+partition the commit needs beyond those is added before any of its produce goes, for
+the same reason.
 A stage that decides in well under a round trip (a pipeline) keeps its next transaction
 begun instead (``keep_begun``): once a commit is done, the next begins with the group
 and the partitions the last one wrote to (a fresh one where any partition will do,
