@@ -50,8 +50,14 @@ class Manifest(BaseModel):
         return self.max_rows_per_request or self.max_batch
 
     def check_inputs(self, inputs: list[Tensor]) -> int:
-        """Raise ``InvalidRequest`` unless ``inputs`` fit this model; return the row count."""
-        given = {t.name: t for t in inputs}
+        """Raise ``InvalidRequest`` unless ``inputs`` fit this model; return the row count.
+
+        The one reading of a request's inputs, run by the pipeline before routing and by
+        the worker before inference: each input named once (a name given twice could be
+        read as either tensor), exactly the manifest's names, their datatypes and
+        shapes, the same number of rows in each, and no more rows than a request may
+        carry."""
+        given = _by_name(inputs)
         wanted = {s.name for s in self.inputs}
         if set(given) != wanted:
             raise InvalidRequest(f"model {self.name} takes inputs {sorted(wanted)}, "
@@ -59,7 +65,21 @@ class Manifest(BaseModel):
         rows = {_check_one(given[s.name], s, self.name) for s in self.inputs}
         if len(rows) != 1:
             raise InvalidRequest("all inputs must have the same number of rows")
-        return rows.pop()
+        count = rows.pop()
+        if count > self.rows_per_request:
+            raise InvalidRequest(f"{count} rows in one request; model {self.name} takes at "
+                                 f"most {self.rows_per_request} (split the request)")
+        return count
+
+
+def _by_name(inputs: list[Tensor]) -> dict[str, Tensor]:
+    """``inputs`` by name; ``InvalidRequest`` if a name comes twice."""
+    given = {t.name: t for t in inputs}
+    if len(given) != len(inputs):
+        seen: set[str] = set()
+        twice = sorted({t.name for t in inputs if t.name in seen or seen.add(t.name)})
+        raise InvalidRequest(f"input names must be unique; given more than once: {twice}")
+    return given
 
 
 def _check_one(tensor: Tensor, spec: TensorSpec, model: str) -> int:

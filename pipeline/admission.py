@@ -65,12 +65,9 @@ def check_payload_size(size: int, priority: Priority | str, policy: AdmissionPol
 
 def check_request_limits(request: InferenceRequest, manifest: Manifest, size: int,
                          policy: AdmissionPolicy) -> None:
-    """Per-model payload limit, rows per request and elements per tensor."""
+    """Per-model payload limit and elements per tensor (rows per request are the
+    manifest's own check: ``Manifest.check_inputs``)."""
     check_payload_size(size, request.priority, policy, manifest.max_payload_bytes)
-    rows = request.inputs[0].shape[0] if request.inputs[0].shape else 1
-    if rows > manifest.rows_per_request:
-        raise InvalidRequest(f"{rows} rows in one request; model {manifest.name} takes at "
-                             f"most {manifest.rows_per_request} (split the request)")
     for tensor in request.inputs:
         if tensor.element_count > policy.max_tensor_elements:
             raise InvalidRequest(f"tensor '{tensor.name}' has {tensor.element_count} "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from schemas.tensors import Tensor
 
@@ -84,6 +84,15 @@ class InferenceRequest(Message):
     reply_to: str | None = Field(default=None, pattern=_TOPIC)
     traceparent: str | None = Field(default=None, pattern=_TRACEPARENT)
     inputs: list[Tensor] = Field(min_length=1, max_length=64)
+
+    @field_validator("inputs")
+    @classmethod
+    def _names_unique(cls, inputs: list[Tensor]) -> list[Tensor]:
+        """Each input named once: a request that names a tensor twice could be read as
+        either one (by kip's two stages, or by kip and its producer)."""
+        if len({t.name for t in inputs}) != len(inputs):
+            raise ValueError("input names must be unique")
+        return inputs
 
 
 class Route(Message):

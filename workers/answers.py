@@ -1,7 +1,13 @@
 """Every record of one class of a batch, answered: decoded, checked (workers/checks.py),
 run per model version, and turned into outputs (a result and an audit record each; a dead
 letter for poison and for work items that fail a check). Nothing a record holds can
-raise out of here: whatever goes wrong ends that record, not the worker."""
+raise out of here: whatever goes wrong ends that record, not the worker.
+
+A defect ends only the requests it touched. Each record is decoded, checked and
+answered on its own; a version's run that raises is run again one request at a time
+(as a chunk whose inference fails is: workers/batching.py), so only the request that
+raises alone ends ``INTERNAL``, on its own reply topic, and its batch-mates are served.
+"""
 
 from __future__ import annotations
 
@@ -52,43 +58,71 @@ class Answering:
     before_inference: Callable[[list[Pair]], None] | None = None
     preparer: Executor | None = None
 
-    def chunk(self, version: str, pairs: list[Pair]) -> int:
-        """Requests per inference call for ``pairs`` of ``version``."""
+    def chunk(self, version: str, rows: list[int]) -> int:
+        """Requests per inference call for requests of ``version`` with ``rows`` rows."""
         if self.whole_group:
-            return max(1, len(pairs))
+            return max(1, len(rows))
         fewest, most = self.chunk_bounds
-        rows = sum(_rows(item) for _, item in pairs) / max(1, len(pairs))
-        return min(most, max(fewest, self.pace.requests_within(version, rows, most)))
+        mean = sum(rows) / max(1, len(rows))
+        return min(most, max(fewest, self.pace.requests_within(version, mean, most)))
 
 
 async def answer(records: list[ConsumerRecord], pulled_ms: float, how: Answering) -> Answers:
-    """Every record's outputs: inference, or a terminal error (a defect anywhere in here
-    fails the records it left unanswered, each with a dead letter, and the worker goes
-    on)."""
+    """Every record's outputs: inference, or a terminal error."""
     answers: Answers = {}
-    try:
-        return await _answer(records, pulled_ms, how, answers)
-    except Exception as exc:
-        log.exception("answering a batch raised")
-        err = Internal(f"worker defect: {exc!r}"[:300])
-        return answers | {id(r): undecodable(r, err, how.names) for r in records
-                          if id(r) not in answers}
-
-
-async def _answer(records: list[ConsumerRecord], pulled_ms: float, how: Answering,
-                  answers: Answers) -> Answers:
     pairs: list[Pair] = []
     for record in records:
         try:
             pairs.append((record, _trusted(record, pulled_ms, how)))
         except _Refused as refused:
             answers[id(record)] = refused.outputs
-    if how.before_inference is not None:
-        how.before_inference(pairs)
-    versions = group_by(pairs, lambda p: p[1].route.model_version)
-    for version, group in versions.items():
-        answers |= await _answer_version(version, group, pulled_ms, how)
+    _before_inference(pairs, how)
+    for version, group in group_by(pairs, lambda p: p[1].route.model_version).items():
+        await _answer_isolated(version, group, pulled_ms, how, answers)
     return answers
+
+
+def _before_inference(pairs: list[Pair], how: Answering) -> None:
+    """Tell ``how.before_inference`` (a lane beginning its transactions early): an
+    optimisation, so a defect in it costs the head start, never an answer."""
+    if how.before_inference is None:
+        return
+    try:
+        how.before_inference(pairs)
+    except Exception:
+        log.exception("beginning transactions before inference raised")
+
+
+async def _answer_isolated(version: str, group: list[Pair], pulled_ms: float,
+                           how: Answering, answers: Answers) -> None:
+    """``group`` answered into ``answers``; where that raises, the requests it left
+    unanswered again one at a time, and one that raises alone ends ``INTERNAL`` on its
+    own reply topic (a defect ends the request that causes it, not its batch-mates)."""
+    try:
+        await _answer_version(version, group, pulled_ms, how, answers)
+        return
+    except Exception as exc:
+        log.exception("answering %d requests of %s@%s raised", len(group), how.model, version)
+        error = exc
+    left = [p for p in group if id(p[0]) not in answers]
+    if len(left) > 1 and len(group) > 1:
+        for pair in left:
+            await _answer_isolated(version, [pair], pulled_ms, how, answers)
+        return
+    for record, item in left:
+        answers[id(record)] = _defect(record, item, pulled_ms, how, error)
+
+
+def _defect(record: ConsumerRecord, item: WorkItem, pulled_ms: float, how: Answering,
+            exc: Exception) -> list[Output]:
+    """A trusted work item a defect stopped: a failed ``INTERNAL`` result on its own
+    reply topic, the final audit record and a dead letter."""
+    err = Internal(f"worker defect: {exc!r}"[:300])
+    try:
+        return poisoned(record, item, Stamps(pulled_ms), how.names, err)
+    except Exception:   # its own fields would not build: the coordinates' ending
+        log.exception("ending a work item after a defect raised")
+        return undecodable(record, err, how.names)
 
 
 class _Refused(Exception):
@@ -117,45 +151,48 @@ def _trusted(record: ConsumerRecord, pulled_ms: float, how: Answering) -> WorkIt
         metrics.WORK_REFUSED.labels(how.model, err.code).inc()
         raise _Refused(poisoned(record, item, Stamps(pulled_ms), how.names, err,
                                 trusted=stamped)) from None
+    except Exception as exc:   # a defect in a check: the item is not trusted
+        log.exception("checking a work item raised")
+        raise _Refused(undecodable(record, Internal(f"worker defect: {exc!r}"[:300]),
+                                   how.names)) from None
     return item
 
 
 async def _answer_version(version: str, group: list[Pair], pulled_ms: float,
-                          how: Answering) -> Answers:
+                          how: Answering, answers: Answers) -> None:
     try:
         session = await how.sessions.get(how.model, version)
     except Exception as exc:   # a version that cannot load ends its requests, not the worker
         err = exc if isinstance(exc, KipError) else Internal(f"loading {version}: {exc!r}")
-        return {id(r): terminal_outputs(i, Stamps(pulled_ms), how.names, error=err)
-                for r, i in group}
-    answers: Answers = {}
+        answers |= {id(r): terminal_outputs(i, Stamps(pulled_ms), how.names, error=err)
+                    for r, i in group}
+        return
     runnable: list[Pair] = []
+    rows: dict[int, int] = {}   # id(item) -> its rows, as the manifest's check read them
     for record, item in group:
         try:
-            check_inputs(item, session.manifest, session.artifact_sha256)
+            rows[id(item)] = check_inputs(item, session.manifest, session.artifact_sha256)
             runnable.append((record, item))
         except Exception as err:   # a check that raised anything else is a kip defect
             metrics.WORK_REFUSED.labels(how.model, getattr(err, "code", "INTERNAL")).inc()
             answers[id(record)] = poisoned(record, item, Stamps(pulled_ms), how.names, err)
     runs = await run_group(how.executor, _stages(session, how.preparer), runnable,
-                           how.chunk(version, runnable), _deadline)
+                           how.chunk(version, [rows[id(i)] for _, i in runnable]), _deadline)
     for run in runs:
-        answers |= _outputs_of(run, session, pulled_ms, how.names)
+        live_rows = sum(rows[id(i)] for _, i in run.live)
+        answers |= _outputs_of(run, session, pulled_ms, how.names, live_rows)
         if run.live and run.error is None:
-            how.pace.observe(version, sum(_rows(i) for _, i in run.live),
-                             run.finished_ms - run.started_ms)
-    return answers
+            how.pace.observe(version, live_rows, run.finished_ms - run.started_ms)
 
 
 def _outputs_of(run: ChunkRun[Pair], session: ModelSession, pulled_ms: float,
-                names: TopicNames) -> Answers:
+                names: TopicNames, live_rows: int) -> Answers:
     """Outputs of one chunk: expired, served, or (a lone request that failed) poisoned."""
     answers = {id(r): terminal_outputs(i, Stamps(pulled_ms), names, error=_EXPIRED)
                for r, i in run.expired}
     if not run.live:
         return answers
-    stamps = Stamps(pulled_ms, run.started_ms, run.finished_ms,
-                    sum(_rows(i) for _, i in run.live))
+    stamps = Stamps(pulled_ms, run.started_ms, run.finished_ms, live_rows)
     model = session.manifest.name
     if run.error is not None:
         (record, item), = run.live
@@ -163,12 +200,19 @@ def _outputs_of(run: ChunkRun[Pair], session: ModelSession, pulled_ms: float,
             log.error("inference on %s raised %r", model, run.error)
         answers[id(record)] = poisoned(record, item, stamps, names, run.error)
         return answers
+    if len(run.outputs) != len(run.live):   # each request's outputs, or none is served
+        raise RuntimeError(f"{len(run.outputs)} outputs for {len(run.live)} requests")
     metrics.BATCH_SIZE.labels(model).observe(stamps.batch_size)
     metrics.LATENCY.labels("inference", "", model).observe(
         (stamps.finished_ms - stamps.started_ms) / 1000)
     now = now_ms()
     for (record, item), out in zip(run.live, run.outputs):
-        answers[id(record)] = served(item, stamps, names, out, now)
+        try:
+            answers[id(record)] = served(item, stamps, names, out, now)
+        except Exception as exc:   # its result would not build: it alone fails
+            log.exception("building a result raised")
+            answers[id(record)] = poisoned(record, item, stamps, names,
+                                           Internal(f"worker defect: {exc!r}"[:300]))
     return answers
 
 
@@ -181,10 +225,6 @@ def _stages(session: ModelSession, preparer: Executor | None) -> Stages[Pair]:
 
 def _prepare(session: ModelSession, pairs: list[Pair]) -> Prepared:
     return session.prepare([item.request.inputs for _, item in pairs])
-
-
-def _rows(item: WorkItem) -> int:
-    return item.request.inputs[0].shape[0]
 
 
 def _deadline(pair: Pair) -> int:

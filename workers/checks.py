@@ -23,16 +23,13 @@ def check_addressed(item: WorkItem, model: str, names: TopicNames) -> None:
         raise InvalidRequest(f"reply_to {item.reply_to} is outside {names.results}")
 
 
-def check_inputs(item: WorkItem, manifest: Manifest, loaded_sha256: str) -> None:
-    """Raise ``InvalidRequest`` (or ``ModelNotFound``) unless the version loaded, with
-    ``manifest``, can run ``item``: the digest of the bytes loaded is the one it was
-    routed to, its inputs' names, datatypes and shapes fit, and it has no more rows than
-    a request may carry."""
+def check_inputs(item: WorkItem, manifest: Manifest, loaded_sha256: str) -> int:
+    """The row count of ``item``'s request, if the version loaded, with ``manifest``, can
+    run it: the digest of the bytes loaded is the one it was routed to, and its inputs
+    pass the manifest's check, the same one the pipeline ran before routing
+    (``Manifest.check_inputs``). Else raise ``InvalidRequest`` (or ``ModelNotFound``)."""
     if item.route.artifact_sha256 != loaded_sha256:
         raise ModelNotFound(f"{manifest.name}@{manifest.version} has artifact "
                             f"{loaded_sha256[:12]}, the work item was routed to "
                             f"{item.route.artifact_sha256[:12]}")
-    rows = manifest.check_inputs(item.request.inputs)
-    if rows > manifest.rows_per_request:
-        raise InvalidRequest(f"{rows} rows; model {manifest.name} takes at most "
-                             f"{manifest.rows_per_request} per request")
+    return manifest.check_inputs(item.request.inputs)

@@ -126,13 +126,16 @@ def terminal_outputs(item: WorkItem, stamps: Stamps, names: TopicNames,
 def poisoned(record: ConsumerRecord, item: WorkItem, stamps: Stamps, names: TopicNames,
              exc: Exception, trusted: bool = True) -> list[Output]:
     """A work item that failed a check, or whose inference failed on its own: a failed
-    result, the final audit record and a dead letter."""
+    result, the final audit record and a dead letter. The result of a ``trusted``
+    (stamped) item goes to its reply topic; any other's to the shared results topic,
+    as nothing says who sent it (a forged item must not fill a tenant's topic)."""
     err = exc if isinstance(exc, KipError) else Internal(f"{type(exc).__name__}: {exc}")
     now = codec.now_ms()
     result, audit = terminal(item, stamps, now, error=err, trusted=trusted)
     dead = dead_letter(record.value or b"", record.topic, record.partition, record.offset,
                        err, now)
-    return ending(names, reply_topic(item, names), result, audit, dead)
+    to = reply_topic(item, names) if trusted else names.results
+    return ending(names, to, result, audit, dead)
 
 
 def destinations(item: WorkItem, names: TopicNames) -> list[tuple[str, bytes]]:

@@ -138,9 +138,10 @@ class ModelSession:
         """The rows of ``requests`` joined per input, text tokenized: the part of a run
         that needs no device, so a lane can do it for the next chunk while this one runs
         (workers/batching.py)."""
+        specs = self.manifest.inputs
         joined = {spec.name: np.concatenate([_named(r, spec.name).array for r in requests])
-                  for spec in self.manifest.inputs}
-        rows = [_rows(inputs) for inputs in requests]
+                  for spec in specs}
+        rows = [_named(inputs, specs[0].name).shape[0] for inputs in requests]
         pre = self.manifest.preprocessing
         if pre is None:
             return Prepared(rows, arrays=joined)
@@ -219,10 +220,6 @@ def _scattered(count: int, parts: list[tuple[np.ndarray, np.ndarray]]) -> np.nda
 
 def _named(inputs: list[Tensor], name: str) -> Tensor:
     return next(t for t in inputs if t.name == name)
-
-
-def _rows(inputs: list[Tensor]) -> int:
-    return inputs[0].shape[0]
 
 
 def _check(outputs: list[np.ndarray], names: list[str], rows: int) -> None:

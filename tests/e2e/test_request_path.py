@@ -7,6 +7,7 @@ import hashlib
 import urllib.request
 
 import numpy as np
+import orjson
 import pytest
 
 from devkit.loadproc import offer_from_child
@@ -234,3 +235,36 @@ def test_load_offered_from_a_child_process_is_answered_on_its_own_reply_topic(st
     assert [r.status for r in stats.results] == [Status.OK] * stats.offered
     assert report.duplicates == 0 and stats.late_inferences == 0
     assert seen_here == 0
+
+
+def test_a_request_naming_an_input_twice_is_refused_and_its_batch_mates_served(stack):
+    """One tenant's request gives ``pixels`` twice (the first a scalar), sent among 20
+    requests of two other tenants: it alone is refused, INVALID_REQUEST on its sender's
+    own reply topic, and each of the 20 is served on its own tenant's."""
+    async def go():
+        async with client_for(stack, key_id="acme-k1") as acme, \
+                client_for(stack, key_id="modest-k1") as modest, \
+                client_for(stack, key_id="lim-k1") as rogue:
+            bad = rogue.request("digits", PIXELS, priority="interactive")
+            doc = bad.model_dump(mode="json", exclude_none=True)
+            doc["inputs"].insert(0, {"name": "pixels", "datatype": "FP32", "shape": [],
+                                     "data": [0.5]})
+            body = orjson.dumps(doc)
+            futures = [await (acme if n % 2 else modest).submit(
+                (acme if n % 2 else modest).request(
+                    "digits", {"pixels": np.full((1, 64), n, np.float32)},
+                    priority="interactive")) for n in range(10)]
+            refused = rogue.expect(bad.request_id, body)
+            await rogue.publish_raw(rogue.names.requests("interactive"), body,
+                                    key=b"limited")
+            futures += [await (acme if n % 2 else modest).submit(
+                (acme if n % 2 else modest).request(
+                    "digits", {"pixels": np.full((1, 64), n, np.float32)},
+                    priority="interactive")) for n in range(10)]
+            served = await asyncio.wait_for(asyncio.gather(*futures), 60)
+            return await asyncio.wait_for(refused, 30), served, (acme, modest, rogue)
+    refused, served, clients = asyncio.run(go())
+    assert refused.status == Status.REJECTED and refused.error.code == "INVALID_REQUEST"
+    assert "input names must be unique" in refused.error.message
+    assert [r.status for r in served] == [Status.OK] * 20
+    assert {r.tenant for r in served} == {"acme", "modest"}

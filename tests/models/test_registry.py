@@ -59,3 +59,15 @@ def test_reference_registry_has_both_models(registry):
     manifest = json.loads((registry.resolve("minilm").path / "manifest.json").read_text())
     assert manifest["preprocessing"]["tokenizer_file"] == "tokenizer.json"
     assert registry.load(*aliases["minilm"].split("@")).manifest.files_sha256
+
+
+def test_the_manifest_check_refuses_an_input_named_twice():
+    from models.manifest import Manifest
+    manifest = Manifest(name="digits", version="1", artifact_sha256="a" * 64,
+                        inputs=[{"name": "pixels", "datatype": "FP32", "shape": [-1, 64]}],
+                        outputs=[{"name": "label", "datatype": "INT64", "shape": [-1]}],
+                        max_batch=8, memory_estimate_bytes=1)
+    one = Tensor.from_array("pixels", np.zeros((1, 64), np.float32))
+    assert manifest.check_inputs([one]) == 1
+    with pytest.raises(InvalidRequest, match="given more than once: \\['pixels'\\]"):
+        manifest.check_inputs([one, one])

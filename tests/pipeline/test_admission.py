@@ -28,7 +28,8 @@ def test_payload_limits_by_class_and_model():
 def test_rows_and_elements_per_request():
     request = signer().request("digits", {"pixels": np.zeros((9, 64), np.float32)})
     with pytest.raises(InvalidRequest, match="9 rows .* at most 8"):
-        check_request_limits(request, _manifest(), 100, POLICY)
+        _manifest().check_inputs(request.inputs)
+    assert _manifest(max_rows_per_request=9).check_inputs(request.inputs) == 9
     check_request_limits(request, _manifest(max_rows_per_request=9), 100, POLICY)
     small = AdmissionPolicy(max_tensor_elements=500)
     with pytest.raises(InvalidRequest, match="576 elements; the limit is 500"):

@@ -214,3 +214,15 @@ def test_a_version_every_worker_refused_to_load_is_not_routed_to(ctx, small_regi
         update={"worker_id": "w2"}))   # one worker that can: routed
     again = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
     assert isinstance(decide(_payload(again), _origin(), ctx), Forward)
+
+
+def test_a_request_naming_an_input_twice_is_refused_before_routing(ctx):
+    """The manifest check and the worker would read different tensors of that name: the
+    request is refused as it is decoded, before anything else reads it."""
+    request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
+    doc = orjson.loads(_payload(request))
+    doc["inputs"] = [{"name": "pixels", "datatype": "FP32", "shape": [], "data": [0.5]},
+                     *doc["inputs"]]
+    d = _rejected(decide(orjson.dumps(doc), _origin(), ctx), "INVALID_REQUEST")
+    assert d.result.request_id == request.request_id
+    assert "input names must be unique" in d.result.error.message

@@ -58,3 +58,10 @@ def test_classes_are_ordered_once_highest_first():
     assert Priority.STANDARD.and_above() == (Priority.INTERACTIVE, Priority.STANDARD)
     assert Priority.INTERACTIVE.below() == (Priority.STANDARD, Priority.BATCH)
     assert Priority.BATCH.below() == ()
+
+
+def test_a_request_naming_an_input_twice_does_not_decode():
+    doc = _request()
+    doc["inputs"] = doc["inputs"] * 2
+    with pytest.raises(InvalidRequest, match="input names must be unique"):
+        decode(InferenceRequest, orjson.dumps(doc))
