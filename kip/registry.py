@@ -130,11 +130,15 @@ def _published(args, registry, mv) -> int:
 
 
 def _verify(args) -> int:
-    from models.signing import configured_trust
+    from models.signing import verifying_trust
     from schemas.errors import KipError
 
     settings, registry = _registry()
-    trust = configured_trust(settings)
+    try:
+        trust = verifying_trust(settings)
+    except ValueError as err:
+        print(f"no trusted model keys, so no signature can verify: {err}", file=sys.stderr)
+        return 1
     targets = args.targets or sorted(set(registry.aliases().values()))
     failed = 0
     for target in targets:

@@ -88,6 +88,13 @@ def configured_trust(settings: KipSettings) -> ModelTrust:
     return ModelTrust(keys.model_keys(path).verifier(), settings.require_signed_models)
 
 
+def verifying_trust(settings: KipSettings) -> ModelTrust:
+    """What ``kip models verify`` checks against: the trusted keys, and a signature
+    required whatever the serving setting, as it answers whether a version verifies, not
+    whether this deployment would run it. A missing keys file raises ``ValueError``."""
+    return ModelTrust(keys.model_keys(settings.model_public_keys_file).verifier(), True)
+
+
 @dataclass(frozen=True)
 class ModelTrust:
     """The model keys a deployment trusts, and whether it runs only what they signed."""

@@ -116,3 +116,37 @@ def test_the_commands_sign_verify_and_list(signed, tmp_path, monkeypatch, capsys
     assert "ok, files match, signed by m1" in capsys.readouterr().out
     assert main(["models", "list"]) == 0
     assert "signed by: m1 (" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("require", [None, "false"])
+def test_verify_exits_1_on_a_tampered_version_whatever_the_serving_setting(
+        signed, tmp_path, monkeypatch, capsys, require):
+    """``kip models verify`` answers whether a version verifies against the trusted keys,
+    not whether this deployment would serve it unsigned."""
+    from kip.cli import main
+
+    own, mv, _ = signed
+    monkeypatch.setenv("KIP_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KIP_REGISTRY_DIR", str(own.root))
+    monkeypatch.delenv("KIP_REQUIRE_SIGNED_MODELS", raising=False)
+    if require is not None:
+        monkeypatch.setenv("KIP_REQUIRE_SIGNED_MODELS", require)
+    assert main(["models", "verify", "digits"]) == 1   # no trusted keys yet
+    assert "no trusted model keys" in capsys.readouterr().err
+    assert main(["keys", "init"]) == 0
+    assert main(["models", "sign", "digits"]) == 0
+    assert main(["models", "verify", "digits"]) == 0
+    capsys.readouterr()
+    _tamper_the_manifest(mv)
+    assert main(["models", "verify", "digits"]) == 1
+    assert "REFUSED MODEL_UNVERIFIED" in capsys.readouterr().err
+    _remove_the_signature(mv, None)
+    assert main(["models", "verify", "digits"]) == 1
+    assert "is not signed" in capsys.readouterr().err
+
+
+def _tamper_the_manifest(mv) -> None:
+    path = mv.path / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["description"] = "changed after signing"
+    path.write_text(json.dumps(manifest))
