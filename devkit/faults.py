@@ -29,7 +29,7 @@ from devkit.arguments import above_zero, count, fraction, zero_or_more
 from devkit.broker import LocalBroker
 from devkit.faults_report import FaultReport, Tally, leftover_records
 from devkit.stack import DevStack, dev_client, own_stack
-from kip.audit.reading import chain_heads
+from kip.audit.reading import committed_metadata, trusted_heads
 from kip.client import KipClient
 from runtime.settings import KipSettings
 from schemas.messages import Priority
@@ -136,7 +136,8 @@ async def _run(plan: FaultPlan, stack: DevStack, broker: LocalBroker, supervisor
                 "draining results ...")
             await _drain(plan, tally, sent, log)
             # The chains' committed heads, then what the audit topic holds up to them:
-            tally.chains.heads = await chain_heads(stack.kafka, stack.names)
+            tally.chains.heads, _ = trusted_heads(
+                await committed_metadata(stack.kafka, stack.names), trusted)
             await tally.poll(2.0)
             report = tally.report(sent.kinds, sent.failed)
             report.leftover = await leftover_records(stack.kafka, stack.names, [MODEL])

@@ -115,7 +115,7 @@ class ResultSigner:
 
     def signature(self, message: bytes) -> str:
         """``ed25519:<key id>:<hex signature of message>``. Every message this key signs
-        starts with its scheme's line (``kip-result-v1``, ``kip-audit-seal-v1``), so a
+        starts with its scheme's line (``kip-result-v1``, ``kip-audit-seal-v2``), so a
         signature made for one use is never valid for another."""
         return self._prefix + self._key.sign(message).hex()
 

@@ -10,7 +10,7 @@ the operator keeps payloads (``KIP_DEADLETTER_PAYLOADS``: they may hold prompts)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import orjson
@@ -153,8 +153,9 @@ class Chaining:
                 last = len(linked)
             linked.append(record)
         if last is not None:
-            seal = (SEAL_HEADER, self.signer.signature(seal_message(head.last)).encode())
-            linked[last] = linked[last].with_header(seal)
+            seal = self.signer.signature(seal_message(head.chain_id, head.seq - 1, head.last))
+            linked[last] = linked[last].with_header((SEAL_HEADER, seal.encode()))
+            head = replace(head, seal=seal)
         return linked, head
 
 

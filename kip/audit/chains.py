@@ -12,7 +12,8 @@ the end, says what does not hold, record by record:
   or two swapped.
 
 - a chain that ends before the head its writer committed (``heads``: read from the
-  stages' committed offsets, schemas/audit_chain.py): its last records dropped.
+  stages' committed offsets and used only where their seal verifies,
+  schemas/audit_chain.py): its last records dropped.
 
 A chain's records before the time range are not read, so its first record in range is
 taken as it is (its own ``prev`` is not checked). When the range stops short of the
@@ -25,7 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from schemas.audit_chain import ChainHead, Link, seal_message
+from schemas.audit_chain import ChainHead, Link, seal_message, seal_message_v1
 from schemas.result_signatures import ResultVerifier
 
 
@@ -55,6 +56,7 @@ class Summary:
     heads: int = 0
     unsealed_in_range: int = 0
     problems: list[Problem] = field(default_factory=list)
+    heads_set_aside: list[str] = field(default_factory=list)   # committed, not used
 
     @property
     def ok(self) -> bool:
@@ -132,7 +134,8 @@ class ChainCheck:
         return authentic
 
     def _sealed(self, link: Link, where: Position) -> bool:
-        if self.verifier.verified(link.seal, seal_message(link.hash)):
+        if (self.verifier.verified(link.seal, seal_message(link.chain_id, link.seq, link.hash))
+                or self.verifier.verified(link.seal, seal_message_v1(link.hash))):
             self.summary.sealed += 1
             return True
         self._problem(where, f"chain {link.chain_id} seq {link.seq}: its seal does not "

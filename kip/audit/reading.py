@@ -16,7 +16,7 @@ from aiokafka.structs import ConsumerRecord
 
 from kip.audit.chains import ChainCheck, Summary
 from schemas import AuditRecord, decode
-from schemas.audit_chain import ChainHead
+from schemas.audit_chain import ChainHead, MalformedHead
 from schemas.errors import InvalidRequest
 from schemas.result_signatures import ResultVerifier
 from topics.clients import KafkaConnection
@@ -64,30 +64,60 @@ async def verify(kafka: KafkaConnection, names: TopicNames, verifier: ResultVeri
                  since_ms: int, until_ms: int | None = None) -> Summary:
     """The audit topic's chains checked over a time range (``kip.audit.chains``); up to
     the topic's end, against the heads the stages committed, read first (a transaction
-    committed meanwhile only puts records past them)."""
-    heads = await chain_heads(kafka, names) if until_ms is None else {}
+    committed meanwhile only puts records past them). Only heads whose seal verifies
+    are used; the others are listed in the summary as set aside."""
+    heads, set_aside = {}, []
+    if until_ms is None:
+        heads, set_aside = trusted_heads(await committed_metadata(kafka, names), verifier)
     check = ChainCheck(verifier, complete=until_ms is None, heads=heads)
+    check.summary.heads_set_aside = set_aside
     async for record in kafka_records(kafka, names, since_ms, until_ms):
         check.add(record.partition, record.offset, record.value, record.headers)
     return check.finish()
 
 
-async def chain_heads(kafka: KafkaConnection, names: TopicNames) -> dict[str, ChainHead]:
-    """Every chain's head, as its writer committed it with its input offset, in the
-    consumer groups of this deployment that the principal may describe."""
+async def committed_metadata(kafka: KafkaConnection, names: TopicNames
+                             ) -> list[tuple[str, str, str]]:
+    """``(group, topic[partition], metadata)`` of every offset committed in the consumer
+    groups of this deployment that the principal may describe."""
     admin = kafka.admin()
     await admin.start()
     try:
         groups = [g[0] for g in await admin.list_consumer_groups() if names.owns(g[0])]
-        heads = {}
+        found = []
         for group in groups:
-            for position in (await admin.list_consumer_group_offsets(group)).values():
-                head = ChainHead.parse(position.metadata)
-                if head is not None:
-                    heads[head.chain_id] = head
-        return heads
+            for tp, position in (await admin.list_consumer_group_offsets(group)).items():
+                found.append((group, f"{tp.topic}[{tp.partition}]", position.metadata or ""))
+        return found
     finally:
         await admin.close()
+
+
+def trusted_heads(committed: list[tuple[str, str, str]], verifier: ResultVerifier
+                  ) -> tuple[dict[str, ChainHead], list[str]]:
+    """Each chain's furthest head among ``committed`` whose seal verifies, and a line for
+    each piece of metadata that claims to be a head and is set aside: malformed, or not
+    authenticated (unsealed, or sealed by no trusted key). Offset metadata is whatever
+    the group's members committed, so nothing unauthenticated counts as a head."""
+    heads: dict[str, ChainHead] = {}
+    set_aside = []
+    for group, where, metadata in committed:
+        try:
+            head = ChainHead.parse(metadata)
+        except MalformedHead as err:
+            set_aside.append(f"group {group} {where}: malformed ({err})")
+            continue
+        if head is None or head.seq == 0:
+            continue
+        message = head.sealed_message()
+        if head.seal is None or not verifier.verified(head.seal, message):
+            set_aside.append(f"group {group} {where}: the head of chain {head.chain_id[:80]} "
+                             "is not authenticated (no seal by a trusted key); not used")
+            continue
+        known = heads.get(head.chain_id)
+        if known is None or head.seq > known.seq:
+            heads[head.chain_id] = head
+    return heads, set_aside
 
 
 async def trail(kafka: KafkaConnection, names: TopicNames, request_id: str,

@@ -139,3 +139,13 @@ def test_a_chain_that_ends_before_its_committed_head_lost_its_last_transaction()
     problems = checked(records[:3]).problems
     assert [p.where.offset for p in problems] == [2] and "seq 3-5 dropped" in problems[0].what
     assert checked(records[:3], complete=False).ok   # a range that ends early: not checked
+
+
+def test_a_writer_finding_metadata_that_is_not_a_head_starts_a_new_chain():
+    """Offset metadata is anyone's to commit: a stage must not stop on a malformed one."""
+    for metadata in ("kip-chain-v2 a b", "kip-chain-v1 c 1 xyz", "kip-chain-v9 c 1 " + "0" * 64,
+                     "kip-chain-v1 c -1 " + "0" * 64, "something else", "", None):
+        head = ChainHead.from_metadata(metadata, "writer")
+        assert head.chain_id.startswith("writer~") and head.seq == 0
+    kept = ChainHead("c", 3, "a" * 64, "ed25519:r1:" + "b" * 128)
+    assert ChainHead.from_metadata(kept.metadata(), "writer") == kept

@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.structs import OffsetAndMetadata
 
-from kip.audit.reading import kafka_records, verify
-from schemas.audit_chain import CHAIN_HEADER, Link
+from kip.audit.reading import committed_metadata, kafka_records, verify
+from schemas.audit_chain import CHAIN_HEADER, ChainHead, Link
 from schemas.result_signatures import ResultKeys, ResultSigningKey
 from topics.admin import apply
 from topics.catalogue import TopicSpec
@@ -158,3 +159,72 @@ def test_the_command_names_the_first_broken_record(broker, prefix, tmp_path, mon
     out = capsys.readouterr()
     assert "30 records in 1 chains, 10 seals, 1 committed heads" in out.out and "every chain holds" in out.out
     assert f"BROKEN at {copy.audit}[1]@2: chain" in out.err
+
+
+def _commit_metadata(broker, group: str, topic: str, metadata: str) -> None:
+    """Offset metadata committed in ``group`` by a plain client, as anyone the cluster
+    lets into a group can."""
+    async def go():
+        consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group,
+                                    enable_auto_commit=False)
+        await consumer.start()
+        try:
+            consumer.assign([TopicPartition(topic, 0)])
+            await consumer.commit({TopicPartition(topic, 0): OffsetAndMetadata(1, metadata)})
+        finally:
+            await consumer.stop()
+    asyncio.run(go())
+
+
+def _genuine_head(broker, names: TopicNames) -> ChainHead:
+    """The head the genuine writer committed (its group is the copies' deployment's)."""
+    committed = asyncio.run(committed_metadata(broker.kafka, TopicNames(f"{names.prefix}x")))
+    [head] = [ChainHead.parse(m) for _, _, m in committed if m]
+    return head
+
+
+@pytest.mark.parametrize("forged", ["malformed", "unsealed", "sealed by another key",
+                                    "a real seal under a higher seq"])
+def test_committed_metadata_that_is_not_an_authentic_head_is_set_aside(
+        broker, prefix, forged, tmp_path, monkeypatch, capsys):
+    """A head in offset metadata proves nothing unless its seal verifies: a malformed
+    one, or one claiming the chain went further than it did, is reported and set aside,
+    and no record is called dropped."""
+    from kip.cli import main
+
+    names = asyncio.run(_write_genuine(broker, prefix))
+    copy = asyncio.run(_copy(broker, names, f"{prefix}x", lambda parts: None))
+    real = _genuine_head(broker, names)
+    further = ChainHead(real.chain_id, real.seq + 10, "f" * 64)
+    other = ResultSigningKey.generate("r1").signer()
+    metadata = {
+        "malformed": "kip-chain-v2 only two",
+        "unsealed": ChainHead(real.chain_id, real.seq + 10, "f" * 64).metadata(),
+        "sealed by another key": ChainHead(
+            real.chain_id, further.seq, further.last,
+            other.signature(further.sealed_message())).metadata(),
+        "a real seal under a higher seq": ChainHead(
+            real.chain_id, real.seq + 10, real.last, real.seal).metadata(),
+    }[forged]
+    _commit_metadata(broker, f"{prefix}x-forger", f"{prefix}.in", metadata)
+    summary = asyncio.run(verify(broker.kafka, copy, TRUSTED, 0))
+    assert summary.ok, summary.problems
+    [aside] = summary.heads_set_aside
+    assert ("malformed" if forged == "malformed" else "not authenticated") in aside
+    keys = tmp_path / "result-public.json"
+    keys.write_text(ResultKeys(keys={"r1": KEY.public()}).model_dump_json())
+    monkeypatch.setenv("KIP_BOOTSTRAP", broker.bootstrap)
+    monkeypatch.setenv("KIP_TOPIC_PREFIX", copy.prefix)
+    assert main(["audit", "verify", "--keys", str(keys)]) == 0
+    out = capsys.readouterr()
+    assert "every chain holds" in out.out and "set aside" in out.err
+
+
+def test_an_authentic_head_still_catches_a_dropped_end_beside_a_forged_one(broker, prefix):
+    names = asyncio.run(_write_genuine(broker, prefix))
+    real = _genuine_head(broker, names)
+    copy = asyncio.run(_copy(broker, names, f"{prefix}x", _truncated))
+    _commit_metadata(broker, f"{prefix}x-forger", f"{prefix}.in",
+                     ChainHead(real.chain_id, 2, "e" * 64).metadata())
+    summary = asyncio.run(verify(broker.kafka, copy, TRUSTED, 0))
+    assert any("dropped from its end" in p.what for p in summary.problems)
