@@ -54,7 +54,9 @@ from runtime.files import private_dir
 from schemas.codec import now_ms
 from schemas.errors import Internal
 from schemas.messages import Priority
-from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS
+from topics.catalogue import MAX_MESSAGE_BYTES
+from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS, INFLATION_BUDGET_BYTES
+from topics.inflation import bound_inflation
 from topics.fetch_waits import wait_long_when_whole
 from topics.outputs import Record, signed_records
 from topics.transactions import Entry, PartitionTransactions
@@ -118,6 +120,7 @@ class PipelineState:
 
 
 def create_app(settings: PipelineSettings) -> faust.App:
+    bound_inflation(_record_limits(settings), INFLATION_BUDGET_BYTES)
     app = faust.App(
         settings.names.pipeline_group(settings.classes),
         **settings.kafka.faust_broker(),
@@ -137,6 +140,14 @@ def create_app(settings: PipelineSettings) -> faust.App:
                           value_serializer="raw")
         app.agent(topic, name=f"admit-{priority.value}")(_admit_agent(app, state, priority))
     return app
+
+
+def _record_limits(settings: PipelineSettings):
+    """The largest record each topic may inflate to (topics/inflation.py): a request
+    topic's class limit, ``MAX_MESSAGE_BYTES`` elsewhere."""
+    limits = {settings.names.requests(p): settings.admission.of(p).max_payload_bytes
+              for p in Priority}
+    return lambda topic: limits.get(topic, MAX_MESSAGE_BYTES)
 
 
 def _class_of(tp: TopicPartition, settings: PipelineSettings) -> Priority:

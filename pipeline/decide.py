@@ -4,7 +4,8 @@
 ``Context`` (access config, router, topic names, the clock): no I/O, so every path is
 unit-tested without Kafka. ``pipeline.app`` is the thin faust adapter around it.
 
-Order: size (before parsing) -> decode+validate -> reply_to, class and key checks ->
+Order: a record left unread by its compressed batch's bound (topics/inflation.py) ->
+size (before parsing) -> decode+validate -> reply_to, class and key checks ->
 authenticate -> reply_to owned by the tenant -> not a replay -> authorize -> deadline ->
 route -> inputs and limits against the model -> capacity (overload: fallback or reject)
 -> quota. The first failure ends the request.
@@ -44,6 +45,7 @@ from schemas.result_signatures import request_sha256
 from schemas.stamps import StampKeys
 from schemas.work_items import encode_work_item
 from topics.names import TopicNames
+from topics.inflation import UNREAD_HEADER
 from topics.outputs import Encoded, Output, ending
 
 STAGE = "pipeline"
@@ -121,6 +123,9 @@ Decision = Forward | Reject
 
 
 def decide(payload: bytes, origin: Origin, ctx: Context) -> Decision:
+    unread = origin.header(UNREAD_HEADER)
+    if unread is not None:
+        return unparsed(origin, unread_error(unread, origin, ctx), ctx, None, 0)
     try:
         check_payload_size(len(payload), _class_of(origin.topic, ctx), ctx.policy,
                            _model_limit(origin, ctx))
@@ -313,15 +318,40 @@ def _reply_to(request: InferenceRequest, err: KipError, ctx: Context) -> str | N
     return asked if isinstance(err, (InvalidRequest, Unauthenticated)) else None
 
 
-def oversized(payload: bytes, origin: Origin, err: PayloadTooLarge, ctx: Context) -> Reject:
+def unread_error(why: str, origin: Origin, ctx: Context) -> KipError:
+    """Why a record came unread out of its compressed batch (topics/inflation.py)."""
+    kind, _, seen = why.partition(" ")
+    limit = ctx.policy.of(_class_of(origin.topic, ctx)).max_payload_bytes
+    if kind == "too-large":
+        return PayloadTooLarge(f"the message inflates to {seen} bytes; the "
+                               f"{_class_of(origin.topic, ctx)} class allows {limit}: "
+                               "refused without being inflated past that")
+    if kind == "budget":
+        return PayloadTooLarge("its compressed batch inflates past what one fetch may "
+                               "hold; send fewer or smaller requests per batch")
+    if kind == "codec":
+        return InvalidRequest(f"compression codec {seen[:16]} is not accepted: send "
+                              "requests uncompressed or gzip-compressed")
+    return InvalidRequest("its compressed batch does not inflate")
+
+
+def oversized(payload: bytes, origin: Origin, err: KipError, ctx: Context) -> Reject:
     """Rejected unparsed: identity comes from the Kafka key and headers only."""
+    return unparsed(origin, err, ctx, request_sha256(payload), len(payload))
+
+
+def unparsed(origin: Origin, err: KipError, ctx: Context, digest: str | None,
+             size: int) -> Reject:
+    """The rejection of a message that was not parsed: its id from its header, its
+    tenant from its key. ``digest``: the message's sha256, where its bytes were all seen
+    (not for one refused unread out of its compressed batch)."""
     request_id = origin.header(REQUEST_ID_HEADER)
     if request_id is None or not valid_id(request_id):
         request_id = fallback_request_id(origin.topic, origin.partition, origin.offset)
     tenant = _tenant_of_key(origin)
     priority = _class_of(origin.topic, ctx)
     model = origin.header(MODEL_HEADER)
-    result = InferenceResult(request_id=request_id, request_sha256=request_sha256(payload),
+    result = InferenceResult(request_id=request_id, request_sha256=digest,
                              tenant=tenant, priority=priority,
                              status=Status.REJECTED, error=error_info(err),
                              timings=Timings(total_ms=0.0), produced_at_ms=ctx.now_ms)
@@ -329,8 +359,7 @@ def oversized(payload: bytes, origin: Origin, err: PayloadTooLarge, ctx: Context
                         final=True, tenant=tenant, priority=priority,
                         model=model if model and valid_model(model) else None,
                         error_code=err.code, reason=err.message[:500],
-                        request_sha256=result.request_sha256, payload_bytes=len(payload),
-                        at_ms=ctx.now_ms)
+                        request_sha256=digest, payload_bytes=size, at_ms=ctx.now_ms)
     return Reject(reply_topic_for(None, tenant, ctx), result, audit)
 
 

@@ -9,7 +9,9 @@ a log line or an error.
 
 Defaults are the safe ones, not aiokafka's (DESIGN.md, known traps): producers wait
 for every in-sync replica and are idempotent; consumers never auto-commit and read
-only committed records. Sizes follow the catalogue's ``MAX_MESSAGE_BYTES``.
+only committed records. Sizes follow the catalogue's ``MAX_MESSAGE_BYTES``; so does the
+bound on what a consumer inflates of a compressed batch (topics/inflation.py), which
+every consumer made here installs in its process unless one is installed already.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.helpers import create_ssl_context
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from topics import inflation
 from topics.catalogue import MAX_MESSAGE_BYTES
 
 # A fetch must hold at least one whole record of the largest size, plus its batch header.
@@ -52,6 +55,10 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
 # reader does not pay a fetch every 50 ms. docs/architecture.md, "One process per
 # class set".
 HOT_PATH_FETCH_MAX_WAIT_MS = 50
+
+# What one fetch of a partition may inflate of compressed batches: two of the largest
+# records. Uncompressed, a fetch holds about one (``max_partition_fetch_bytes``).
+INFLATION_BUDGET_BYTES = 2 * MAX_MESSAGE_BYTES
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN", "OAUTHBEARER"]
@@ -106,6 +113,8 @@ class KafkaConnection(BaseModel):
     def consumer(self, *topics: str, **options: Any) -> AIOKafkaConsumer:
         """A consumer (not started) that reads committed records and never auto-commits.
         Without ``group_id`` it has no group: assign its partitions yourself."""
+        if inflation.installed() is None:
+            bound_default_inflation()
         return AIOKafkaConsumer(*topics, **self.aiokafka(), **(CONSUMER_DEFAULTS | options))
 
     def admin(self, **options: Any) -> AIOKafkaAdminClient:
@@ -167,3 +176,9 @@ class TokenFile(AbstractTokenProvider):
 
     async def token(self) -> str:
         return self.path.read_text().strip()
+
+
+def bound_default_inflation() -> None:
+    """What a consumer of this process inflates of a compressed batch: records of up to
+    ``MAX_MESSAGE_BYTES`` on every topic (topics/inflation.py)."""
+    inflation.bound_inflation(lambda topic: MAX_MESSAGE_BYTES, INFLATION_BUDGET_BYTES)

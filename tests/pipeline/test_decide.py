@@ -226,3 +226,18 @@ def test_a_request_naming_an_input_twice_is_refused_before_routing(ctx):
     d = _rejected(decide(orjson.dumps(doc), _origin(), ctx), "INVALID_REQUEST")
     assert d.result.request_id == request.request_id
     assert "input names must be unique" in d.result.error.message
+
+
+@pytest.mark.parametrize("why, code, words", [
+    ("too-large 268435456", "PAYLOAD_TOO_LARGE", "inflates to 268435456 bytes"),
+    ("budget 1048576", "PAYLOAD_TOO_LARGE", "one fetch may hold"),
+    ("codec lz4", "INVALID_REQUEST", "codec lz4 is not accepted"),
+    ("corrupt", "INVALID_REQUEST", "does not inflate")])
+def test_a_record_its_compressed_batch_left_unread_is_refused_by_its_headers(
+        ctx, why, code, words):
+    origin = replace(_origin("interactive"), headers=(("kip-request-id", b"r-9"),
+                                                      ("kip-unread", why.encode())))
+    d = _rejected(decide(b"", origin, ctx), code)
+    assert d.result.request_id == "r-9" and words in d.result.error.message
+    assert d.result.request_sha256 is None   # its bytes were never all seen
+    assert d.reply_to == "kip.results.acme" or d.reply_to == "kip.results"
