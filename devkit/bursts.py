@@ -106,6 +106,7 @@ class Interactive:
         self.latencies: dict[str, list[float]] = {"steady": []}
         self.admission: dict[str, list[float]] = {"steady": []}
         self.failed = 0
+        self.failures: Counter = Counter()   # by code (or the exception that ended it)
         self.tasks: set[asyncio.Task] = set()
 
     def mark(self, phase: str) -> None:
@@ -124,10 +125,16 @@ class Interactive:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
     async def _one(self, phase: str, started: float) -> None:
-        result = await self.kip.infer(self.model, self.inputs, priority="interactive",
-                                      timeout_s=30)
+        try:
+            result = await self.kip.infer(self.model, self.inputs, priority="interactive",
+                                          timeout_s=30)
+        except (TimeoutError, ConnectionError) as err:   # no result: lost to it
+            self.failed += 1
+            self.failures[type(err).__name__] += 1
+            return
         if result.status != "ok":
             self.failed += 1
+            self.failures[result.error.code if result.error else result.status.value] += 1
             return
         self.latencies[phase].append((time.monotonic() - started) * 1000)
         if result.timings.admission_ms is not None:

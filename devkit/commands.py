@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 from devkit import (bench_batch, bench_buckets, bench_burst, bench_checks, bench_cost,
-                    bench_load, bench_prepare, bench_rollout, bench_throughput, faults)
+                    bench_flood, bench_load, bench_prepare, bench_rollout, bench_throughput,
+                    faults)
 from devkit.settings import DevSettings
 
 
@@ -29,6 +30,8 @@ BENCHES = [
      "traffic: the canary's share, failed and lost requests, interactive p99"),
     ("burst", bench_burst, "interactive latency while bursts of standard requests are all "
      "in flight, against steady; one pipeline or two"),
+    ("flood", bench_flood, "one tenant floods, signed and unsigned, while another sends "
+     "interactive requests: the victim's p99 against alone, the flood's endings"),
     ("checks", bench_checks, "CPU per request of the stamp, signature and replay checks, "
      "beside request authentication (no Kafka)"),
     ("buckets", bench_buckets, "MiniLM batches in length buckets against padding to the "

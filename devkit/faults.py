@@ -30,6 +30,8 @@ from devkit.broker import LocalBroker
 from devkit.faults_report import FaultReport, Tally, leftover_records
 from devkit.stack import DevStack, dev_client, own_stack
 from kip.audit.reading import committed_metadata, trusted_heads
+from schemas.codec import REQUEST_ID_HEADER
+from schemas.deadletter import fallback_request_id
 from kip.client import KipClient
 from runtime.settings import KipSettings
 from schemas.messages import Priority
@@ -193,10 +195,13 @@ async def _send_all(plan: FaultPlan, client: KipClient, log) -> Sent:
         await asyncio.sleep(max(0.0, began + (i + 1) / plan.rate - time.monotonic()))
     for request_id, kind, delivery in deliveries:
         try:
-            await delivery
-            sent.kinds[request_id] = kind
+            meta = await delivery
         except Exception:
             sent.failed += 1
+            continue
+        if kind == "bad-work-item":
+            request_id = fallback_request_id(meta.topic, meta.partition, meta.offset)
+        sent.kinds[request_id] = kind
     return sent
 
 
@@ -206,8 +211,11 @@ async def _send_one(client: KipClient, request_id: str, kind: str, priority: Pri
     names = client.names
     if kind == "bad-request":   # valid JSON, not a request: the pipeline rejects it
         value = f'{{"request_id": "{request_id}", "tenant": "demo", "model": 7}}'.encode()
-        return await client.send_raw(names.requests(priority), value, key=b"demo")
-    if kind == "bad-work-item":   # straight onto a work topic: the worker rejects it
+        return await client.send_raw(names.requests(priority), value, key=b"demo",
+                                     headers=[(REQUEST_ID_HEADER, request_id.encode())],
+                                     sealed=True)
+    if kind == "bad-work-item":   # straight onto a work topic: the worker rejects it, under
+        # its coordinates: nothing vouches for the id it names (recorded so below)
         value = f'{{"request": {{"request_id": "{request_id}"}}, "route": 1}}'.encode()
         return await client.send_raw(names.work(MODEL, priority), value,
                                      key=request_id.encode())

@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from kip.audit.chains import ChainCheck
 from schemas.codec import decode
+from schemas.deadletter import fallback_request_id
 from schemas.errors import InvalidRequest, Overloaded
 from schemas.messages import AuditRecord, DeadLetterRecord, InferenceResult, Status
 from schemas.messages import PRIORITIES
@@ -74,6 +75,10 @@ class Tally:
             else:
                 dead = decode(DeadLetterRecord, value)
                 self.deadletters[dead.request_id or ""].append(dead)
+                coordinates = fallback_request_id(dead.origin_topic, dead.origin_partition,
+                                                  dead.origin_offset)
+                if coordinates != dead.request_id:   # what an unvouched-for input ends as
+                    self.deadletters[coordinates].append(dead)
         except InvalidRequest:
             self.undecodable += 1
 

@@ -3,8 +3,9 @@
 
 Each ``Fuzzed`` message says where it goes (a request topic, read by the pipeline, or a
 work topic, read by a worker) and, once sent, which request id its one terminal result
-must carry: the id read off it where it names a well-formed one (a header for an
-oversized message), else ``undecodable.<topic>.<partition>.<offset>`` (docs/protocol.md).
+must carry: the id its sender's envelope vouches for, where the suite sends it as tenant
+acme's client would, else ``undecodable.<topic>.<partition>.<offset>``
+(docs/protocol.md).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from schemas.deadletter import hints, valid_id
 
 INTERACTIVE_LIMIT = 1024 * 1024   # the interactive class's payload limit (admission)
 
@@ -29,18 +29,28 @@ class Fuzzed:
     key: bytes | None = b"acme"
     headers: list = field(default_factory=list)
     oversized: bool = False
+    rid: str = ""         # the id it was made for (``messages``)
 
-    def expected_id(self, topic: str, partition: int, offset: int) -> str:
-        """The request id of this message's terminal result, once sent there."""
-        if self.oversized:
-            found = dict(self.headers).get("kip-request-id", b"").decode("utf-8", "replace")
-            if valid_id(found):
-                return found
-        else:
-            found = hints(self.value or b"").get("request_id")
-            if found:
-                return found
-        return f"undecodable.{topic}.{partition}.{offset}"
+    @property
+    def sealable(self) -> bool:
+        """Whether the fuzz suite sends it as tenant acme's client would, with acme's
+        envelope (schemas/envelopes.py): a request-topic message keyed ``acme`` that
+        names no request id other than its own in a header."""
+        ids = [v for k, v in self.headers if k == "kip-request-id"]
+        return (self.stage == "pipeline" and self.key == b"acme"
+                and all(v == self.rid.encode() for v in ids))
+
+    def sent_headers(self) -> list:
+        """Its headers as sent: with its ``kip-request-id`` where it is sealed."""
+        named = any(k == "kip-request-id" for k, _ in self.headers)
+        own = [("kip-request-id", self.rid.encode())] if self.sealable and not named else []
+        return own + self.headers
+
+    def expected_id(self, topic: str, partition: int, offset: int, sealed: bool) -> str:
+        """The request id of this message's terminal result, once sent there: the id its
+        envelope vouches for where it was ``sealed``; else the one of its coordinates,
+        as nothing vouches for an id it merely names (docs/protocol.md)."""
+        return self.rid if sealed else f"undecodable.{topic}.{partition}.{offset}"
 
 
 def _request(rid: str) -> dict:
@@ -189,4 +199,6 @@ def messages(seed: int, count: int, prefix: str = "fuzz") -> Iterator[Fuzzed]:
     weights = [w for w, _ in CASES]
     for n in range(count):
         _, case = rng.choices(CASES, weights)[0]
-        yield case(rng, f"{prefix}-{n}")
+        fuzzed = case(rng, f"{prefix}-{n}")
+        fuzzed.rid = f"{prefix}-{n}"
+        yield fuzzed

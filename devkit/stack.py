@@ -24,16 +24,18 @@ from pathlib import Path
 from devkit.broker import LocalBroker, free_port
 from kip.client import KipClient
 from kip.security import ensure_access_file
+from kip.tenants import broker_quotas
 from models.export.reference import build_reference
 from models.registry import Registry
 from models.signing import sign
 from pipeline.access import AccessConfig
 from runtime import keys
-from runtime.files import open_private_log, private_dir
+from runtime.files import open_private_log, private_dir, write_private
 from runtime.settings import KipSettings
 from schemas.codec import now_ms
 from topics.acl_admin import apply as apply_acls
 from topics.acls import plan
+from topics.quota_admin import apply_quotas
 from topics.admin import apply
 from topics.catalogue import catalogue
 from topics.clients import KafkaConnection
@@ -162,6 +164,9 @@ class DevStack:
                           {t: policy.priorities for t, policy in tenants.items()})
             acls = asyncio.run(apply_acls(self.kafka, self.names, wanted))
             log(f"acls: {len(acls.created)} created, {len(acls.unchanged)} unchanged")
+            quotas = asyncio.run(apply_quotas(self.kafka, broker_quotas(
+                AccessConfig.from_file(self.access_file))))
+            log(f"broker quotas: {len(quotas.set)} set, {len(quotas.unchanged)} unchanged")
         build_reference(self.registry, log)
         self.sign_models(REFERENCE_MODELS)
 
@@ -250,12 +255,14 @@ class ClientSpec:
     reply_to: str | None = None
     kafka: dict = field(default_factory=dict)   # security options (KafkaConnection's)
     result_keys: dict = field(default_factory=dict)   # key id -> hex public key
+    request_partition: int | None = None   # the tenant's, where the access file names one
 
     def client(self) -> KipClient:
         """A client (not started)."""
         return KipClient(self.bootstrap, tenant=self.tenant, key_id=self.key_id,
                          secret=self.secret, topic_prefix=self.topic_prefix,
-                         reply_to=self.reply_to, result_keys=self.result_keys, **self.kafka)
+                         reply_to=self.reply_to, result_keys=self.result_keys,
+                         request_partition=self.request_partition, **self.kafka)
 
 
 def dev_spec(stack: DevStack, reply_to: str | None = None) -> ClientSpec:
@@ -264,6 +271,16 @@ def dev_spec(stack: DevStack, reply_to: str | None = None) -> ClientSpec:
     return ClientSpec(stack.client_bootstrap, key.tenant, DEV_KEY_ID,
                       key.secret.get_secret_value(), stack.prefix, reply_to,
                       tenant_credentials(stack, key.tenant), stack.result_keys())
+
+
+def tenant_spec(stack: DevStack, key_id: str, reply_to: str | None = None) -> ClientSpec:
+    """The client of API key ``key_id``'s tenant, as the stack's access file has it."""
+    access = AccessConfig.from_file(stack.access_file)
+    key = access.keys[key_id]
+    return ClientSpec(stack.client_bootstrap, key.tenant, key_id,
+                      key.secret.get_secret_value(), stack.prefix, reply_to,
+                      tenant_credentials(stack, key.tenant), stack.result_keys(),
+                      access.tenants[key.tenant].request_partition)
 
 
 def tenant_credentials(stack: DevStack, tenant: str) -> dict:
@@ -290,11 +307,15 @@ BUSES = ("plaintext", "scram", "mtls")
 @asynccontextmanager
 async def own_stack(prefix: str, registry_dir: Path, worker_env: dict[str, str] | None = None,
                     split_pipeline: bool = False, bus: str = "plaintext", log=print,
-                    steady_state: bool = False) -> AsyncIterator[DevStack]:
+                    steady_state: bool = False, access: AccessConfig | None = None
+                    ) -> AsyncIterator[DevStack]:
     """A prepared kip with a broker of its own on free loopback ports, in a temporary
     folder, on ``bus`` (``BUSES``), compiled by C2 where ``steady_state``
-    (``LocalBroker``); services are the caller's to start. Everything stops on exit."""
+    (``LocalBroker``), with ``access`` as its access file (default: one demo tenant);
+    services are the caller's to start. Everything stops on exit."""
     with tempfile.TemporaryDirectory(prefix=f"kip-{prefix}-") as tmp:
+        if access is not None:
+            write_private(Path(tmp) / "access.json", access.to_json().encode())
         broker = _own_broker(Path(tmp), bus, steady_state)
         stack = DevStack(home=Path(tmp), bootstrap_servers=broker.bootstrap, prefix=prefix,
                          registry_dir=registry_dir, metrics_base_port=0,

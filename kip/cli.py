@@ -104,8 +104,9 @@ def _add_operator_commands(sub) -> None:
 
     _add_model_commands(sub)
 
-    acls = sub.add_parser("acls", help="least-privilege Kafka ACLs for every kip role, from "
-                          "the topic catalogue and the access file")
+    acls = sub.add_parser("acls", help="least-privilege Kafka ACLs for every kip role, and "
+                          "the broker's quotas on each tenant's principal, from the topic "
+                          "catalogue and the access file")
     acls.add_argument("action", choices=["plan", "apply"])
     acls.add_argument("--models", default="minilm,digits", help="comma-separated names")
     acls.add_argument("--prune", action="store_true",
@@ -195,19 +196,27 @@ def _topics(args) -> int:
 
 
 def _acls(args) -> int:
+    from kip.tenants import broker_quotas
     from topics.acl_admin import apply
     from topics.acls import plan
+    from topics.quota_admin import apply_quotas
 
     settings = KipSettings()
     wanted = plan(settings.names, args.models.split(","), _tenant_classes())
+    quotas = broker_quotas(_access())
     if args.action == "plan":
         print("\n".join(acl.line() for acl in sorted(wanted)))
+        print("\n".join(f"quota User:{u} {q}" for u, q in sorted(quotas.items())))
         return 0
     report = asyncio.run(apply(settings.kafka, settings.names, wanted, prune=args.prune))
     print("\n".join(report.lines()))
+    quota_report = asyncio.run(apply_quotas(settings.kafka, quotas, prune=args.prune))
+    print("\n".join(quota_report.lines()))
     print(f"{len(report.created)} created, {len(report.unchanged)} unchanged, "
-          f"{len(report.drift)} drifted, {len(report.removed)} removed")
-    return 2 if report.drift else 0
+          f"{len(report.drift)} drifted, {len(report.removed)} removed; quotas: "
+          f"{len(quota_report.set)} set, {len(quota_report.unchanged)} unchanged, "
+          f"{len(quota_report.drift)} drifted, {len(quota_report.removed)} removed")
+    return 2 if report.drift or quota_report.drift else 0
 
 
 def _security(args) -> int:
@@ -254,13 +263,16 @@ def _keys(args) -> int:
 
 def _tenant_classes() -> dict:
     """Each tenant of the access file with the classes it may send (none without a file)."""
+    return {t: p.priorities for t, p in _access().tenants.items()}
+
+
+def _access():
+    """The access file (empty without one)."""
     from pipeline.access import AccessConfig
     from pipeline.settings import PipelineSettings
 
     path = PipelineSettings().access_file
-    if not path.exists():
-        return {}
-    return {t: p.priorities for t, p in AccessConfig.from_file(path).tenants.items()}
+    return AccessConfig.from_file(path) if path.exists() else AccessConfig()
 
 
 def _tenants(args) -> int:

@@ -1,5 +1,8 @@
 """The producer's client: sign a request, publish it, await its result by request id.
 
+Each request goes with its envelope (``kip-envelope``, schemas/envelopes.py): the
+pipeline checks who sent a message before it parses it.
+
     async with KipClient(bootstrap, tenant="acme", key_id="k1", secret=b"...") as kip:
         result = await kip.infer("minilm", {"text": ["A man is eating food."]})
 
@@ -34,7 +37,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from runtime import keys
 from runtime.settings import KipSettings
-from schemas.codec import decode, encode, headers, now_ms
+from schemas.codec import REQUEST_ID_HEADER, decode, encode, headers, now_ms
+from schemas.envelopes import envelope
 from schemas.errors import InvalidRequest
 from schemas.messages import InferenceRequest, InferenceResult, Priority
 from schemas.result_signatures import ResultKeys, ResultVerifier, request_sha256
@@ -60,7 +64,7 @@ class KipClient:
                  topic_prefix: str = "kip", reply_to: str | None = None,
                  bulk_linger_ms: int = 20,
                  result_keys: ResultKeys | Mapping[str, str] | Path | None = None,
-                 **kafka: Any) -> None:
+                 request_partition: int | None = None, **kafka: Any) -> None:
         """``bulk_linger_ms``: how long a standard or batch request may wait to share a
         produce request with the ones after it. Fewer, larger produce requests cost the
         broker much less; interactive requests go through a producer that does not wait.
@@ -73,13 +77,18 @@ class KipClient:
         ``result_keys``: the deployment's result public keys (``{key id: hex}``, a
         ``ResultKeys`` or its file); by default the file of
         ``KIP_RESULT_PUBLIC_KEYS_FILE``. Needed to start: results are accepted only with
-        a valid signature."""
+        a valid signature.
+
+        ``request_partition``: the request partition the operator gave this tenant in
+        the access file (``request_partition``); by default Kafka's default partitioner
+        places requests by their key, the tenant, as the pipeline expects."""
         self.kafka = KafkaConnection(bootstrap=bootstrap, **kafka)
         self.bulk_linger_ms = bulk_linger_ms
         self.tenant, self.key_id = tenant, key_id
         self._secret = secret.encode() if isinstance(secret, str) else secret
         self.names = TopicNames(topic_prefix)
         self.reply_to = reply_to
+        self.request_partition = request_partition
         self._result_keys = result_keys
         self._verifier: ResultVerifier | None = None
         self._pending: dict[str, _Pending] = {}
@@ -159,7 +168,7 @@ class KipClient:
         fut = self.expect_digest(request.request_id, digest)
         if on_sending is not None:
             on_sending(digest)
-        delivery = await self._publish(request, value)
+        delivery = await self._publish(request, value, digest)
         delivery.add_done_callback(lambda d: _fail_if_undelivered(d, fut))
         if on_delivered is not None:
             delivery.add_done_callback(
@@ -169,24 +178,45 @@ class KipClient:
     async def send(self, request: InferenceRequest) -> asyncio.Future:
         """Publish ``request`` without tracking its result; the returned future resolves
         with the record metadata once Kafka has it."""
-        return await self._publish(request, encode(request))
+        value = encode(request)
+        return await self._publish(request, value, request_sha256(value))
 
-    async def _publish(self, request: InferenceRequest, value: bytes) -> asyncio.Future:
+    async def _publish(self, request: InferenceRequest, value: bytes, digest: str
+                       ) -> asyncio.Future:
         producer = (self._producer if request.priority == Priority.INTERACTIVE
                     else self._bulk_producer)
-        return await producer.send(
-            self.names.requests(request.priority), value,
-            key=request.tenant.encode(), headers=headers(request, request.traceparent))
+        topic = self.names.requests(request.priority)
+        sealed = [*headers(request, request.traceparent), envelope(
+            self._secret, self.key_id, topic, request.tenant, request.request_id, digest)]
+        return await producer.send(topic, value, key=request.tenant.encode(), headers=sealed,
+                                   partition=self.request_partition)
 
-    async def send_raw(self, topic: str, value: bytes, key: bytes | None = None,
-                       headers: list | None = None) -> asyncio.Future:
-        """Publish bytes as they are (tools and tests); the future resolves on the ack."""
-        return await self._producer.send(topic, value, key=key, headers=headers)
+    async def send_raw(self, topic: str, value: bytes | None, key: bytes | None = None,
+                       headers: list | None = None, *, sealed: bool = False,
+                       partition: int | None = None) -> asyncio.Future:
+        """Publish bytes as they are (tools and tests); the future resolves on the ack.
+        ``sealed``: with this client's envelope over them, as ``key``'s and the
+        ``kip-request-id`` header's (schemas/envelopes.py)."""
+        if sealed:   # over the first kip-request-id (the pipeline takes one alone)
+            request_id = next((v for k, v in headers or () if k == REQUEST_ID_HEADER),
+                              b"").decode()
+            headers = [*(headers or ()), envelope(
+                self._secret, self.key_id, topic, (key or b"").decode("utf-8", "replace"),
+                request_id, request_sha256(value or b""))]
+        return await self._producer.send(topic, value, key=key, headers=headers,
+                                         partition=partition)
 
-    async def publish_raw(self, topic: str, value: bytes, key: bytes | None = None,
-                          headers: list | None = None):
+    async def publish_raw(self, topic: str, value: bytes | None, key: bytes | None = None,
+                          headers: list | None = None, *, sealed: bool = False,
+                          partition: int | None = None):
         """``send_raw`` and wait for the ack; returns the record metadata."""
-        return await (await self.send_raw(topic, value, key, headers))
+        return await (await self.send_raw(topic, value, key, headers, sealed=sealed,
+                                          partition=partition))
+
+    async def flush(self) -> None:
+        """Wait until every message sent so far is with the broker."""
+        for producer in (self._producer, self._bulk_producer):
+            await producer.flush()
 
     def expect(self, request_id: str, sent: bytes) -> asyncio.Future[InferenceResult]:
         """A future for the result of the message ``sent`` (its value bytes), published

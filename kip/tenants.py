@@ -1,14 +1,28 @@
-"""``kip tenants set|show|clear``: tenant quotas as records on the control topic."""
+"""``kip tenants set|show|clear``: tenant quotas as records on the control topic; and the
+broker's own quotas on each tenant's principal, from the access file (``kip acls
+apply``)."""
 
 from __future__ import annotations
 
 import asyncio
 
+from pipeline.access import AccessConfig
 from pipeline.control import ControlState, publish_control, quota_record
 from pipeline.follower import TopicFollower
 from pipeline.quota import Limit, TenantQuota
+from topics.acls import tenant_principal
 from topics.clients import KafkaConnection
 from topics.names import TopicNames
+from topics.quota_admin import Quotas
+
+
+def broker_quotas(access: AccessConfig) -> Quotas:
+    """Kafka's client quotas for each tenant's principal, as the access file's
+    ``broker_quota`` says (topics/quota_admin.py)."""
+    return {tenant_principal(t).removeprefix("User:"): {
+        "producer_byte_rate": float(p.broker_quota.producer_bytes_per_s),
+        "request_percentage": float(p.broker_quota.request_percentage)}
+        for t, p in access.tenants.items()}
 
 
 async def current_state(kafka: KafkaConnection, names: TopicNames,

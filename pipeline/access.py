@@ -4,7 +4,13 @@ The access file is JSON (``KIP_ACCESS_FILE``)::
 
     {"keys":    {"<key id>": {"tenant": "acme", "secret": "<shared secret>"}},
      "tenants": {"acme": {"models": ["minilm", "digits"],
-                          "priorities": ["interactive", "standard", "batch"]}}}
+                          "priorities": ["interactive", "standard", "batch"],
+                          "request_partition": 2,
+                          "broker_quota": {"producer_bytes_per_s": 16777216,
+                                           "request_percentage": 50}}}}
+
+``request_partition`` and ``broker_quota`` are optional (pipeline/intake.py, ``kip acls
+apply``).
 
 ``"*"`` in ``models`` allows every model. Secrets are held as ``SecretStr`` so they never
 reach a log line or a repr.
@@ -32,10 +38,27 @@ class ApiKey(BaseModel):
     secret: SecretStr
 
 
+class BrokerQuota(BaseModel):
+    """What the broker itself lets a tenant's principal do (Kafka client quotas, set by
+    ``kip acls apply``): it throttles a producer past them before kip reads a byte."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    producer_bytes_per_s: int = Field(16 * 1024 * 1024, gt=0, description=(
+        "Kafka's producer_byte_rate for the tenant's principal"))
+    request_percentage: float = Field(50.0, gt=0, description=(
+        "Kafka's request_percentage: the share of one broker thread's time its requests "
+        "may take, in percent"))
+
+
 class TenantPolicy(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     models: list[str] = Field(default_factory=list)
     priorities: list[Priority] = Field(default_factory=lambda: list(Priority))
+    request_partition: int | None = Field(None, ge=0, description=(
+        "the request partition of this tenant's messages, on every class's topic "
+        "(modulo its partitions); default: where Kafka's default partitioner puts its "
+        "key. Give a noisy tenant one of its own (docs/protocol.md)"))
+    broker_quota: BrokerQuota = Field(default_factory=BrokerQuota)
 
 
 class AccessConfig(BaseModel):
@@ -50,6 +73,13 @@ class AccessConfig(BaseModel):
         return read_model(cls, path, what="access file", missing=(
             f"no access file at {path}: write one (keys and tenant policies, "
             "docs/security.md) or set KIP_ACCESS_FILE; `kip up` makes a demo one"))
+
+    def secret_of(self, key_id: str, tenant: str) -> bytes | None:
+        """The secret of API key ``key_id``, if it is one of ``tenant``'s."""
+        key = self.keys.get(key_id)
+        if key is None or key.tenant != tenant:
+            return None
+        return key.secret.get_secret_value().encode()
 
     def to_json(self) -> str:
         """Serialise including secrets (for writing the access file itself)."""

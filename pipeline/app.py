@@ -39,7 +39,10 @@ from pipeline.claims import Claims
 from pipeline.control import ControlState, apply_telemetry, publish_control
 from pipeline.health import rollbacks
 from schemas.releases import Releases
-from pipeline.decide import Context, Decision, Origin, decide, undecodable
+from pipeline.decide import decide
+from pipeline.decisions import Context, Decision, Origin, Shed
+from pipeline.intake import UnsignedAllowance, shed_record
+from pipeline.refusals import undecodable
 from pipeline.drain import LeanDrain
 from pipeline.one_loop import OnTheLoop
 from pipeline.follower import TopicFollower
@@ -49,16 +52,18 @@ from pipeline.replays import SeenRequests
 from pipeline.rounds import rounds
 from pipeline.routing import Router
 from pipeline.settings import PipelineSettings
+from pipeline.work_placement import WorkPlacement
 from runtime import allocator, collector, metrics
 from runtime.files import private_dir
 from schemas.codec import now_ms
 from schemas.errors import Internal
 from schemas.messages import Priority
+from schemas.result_signatures import request_sha256
 from topics.catalogue import MAX_MESSAGE_BYTES
 from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS, INFLATION_BUDGET_BYTES
 from topics.inflation import bound_inflation
 from topics.fetch_waits import wait_long_when_whole
-from topics.outputs import Record, signed_records
+from topics.outputs import Output, Record, signed_records
 from topics.transactions import Entry, PartitionTransactions
 from topics.txn_steps import transaction_timeout_ms
 
@@ -83,6 +88,7 @@ class PipelineState:
         self.stamp_keys = settings.stamp_keys()
         self.sealing = settings.sealing()
         self.seen = SeenRequests(settings.replay_window_ms)
+        self.allowance = UnsignedAllowance()
         self.large_messages = allocator.LargeMessages()
         self.known_topics = KnownTopics(settings.kafka)   # each agent's, shared()
         self.claims = Claims(settings.kafka, self.seen,
@@ -97,13 +103,15 @@ class PipelineState:
     async def ready(self) -> None:
         await asyncio.gather(*(f.caught_up.wait() for f in self.followers))
 
-    def context(self, topics: frozenset[str]) -> Context:
+    def context(self, topics: frozenset[str], known: KnownTopics,
+                placement: WorkPlacement) -> Context:
         s = self.settings
         now = now_ms()
         self.seen.sweep(now)
         return Context(self.access, self.router, s.names, now, s.replay_window_ms,
                        topics, s.admission, self.ledger, self.capacity,
-                       self.control.fallbacks, self.stamp_keys, self.seen)
+                       self.control.fallbacks, self.stamp_keys, self.seen, self.allowance,
+                       known.partitions, placement)
 
     def admitted_records(self, tp: TopicPartition) -> list[Record]:
         topic = self.settings.names.admitted(_class_of(tp, self.settings))
@@ -148,6 +156,10 @@ def _record_limits(settings: PipelineSettings):
     limits = {settings.names.requests(p): settings.admission.of(p).max_payload_bytes
               for p in Priority}
     return lambda topic: limits.get(topic, MAX_MESSAGE_BYTES)
+
+
+def _class_of_topic(tp: TopicPartition, settings: PipelineSettings) -> str:
+    return _class_of(tp, settings).value
 
 
 def _class_of(tp: TopicPartition, settings: PipelineSettings) -> Priority:
@@ -250,7 +262,7 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
             any_partition=settings.names.any_partition,
             chaining=state.sealing.chaining(settings.names.audit),
             keep_begun=priority == Priority.INTERACTIVE)
-
+        placement = WorkPlacement.of_class(priority)
         _follow_assignment(app, state, transactions, topic)
         log.info("agent waits for the control and telemetry views")
         await state.ready()
@@ -262,7 +274,7 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
                     {TopicPartition(e.message.topic, e.message.partition) for e in events},
                     transactions)
                 state.large_messages.read(len(e.message.value or b"") for e in events)
-                ctx = state.context(await known_topics.current())
+                ctx = state.context(await known_topics.current(), known_topics, placement)
                 decisions = await decide_round(events, ctx)
                 await publish(transactions, state, events, decisions)
         except Exception as exc:
@@ -315,7 +327,8 @@ def decide_safely(payload: bytes, origin: Origin, ctx: Context) -> Decision:
     except Exception as exc:
         log.exception("decide() failed on %s[%d]@%d", origin.topic, origin.partition,
                       origin.offset)
-        return undecodable(payload, origin, Internal(f"pipeline defect: {exc!r}"), ctx)
+        return undecodable(payload, origin, Internal(f"pipeline defect: {exc!r}"), ctx,
+                           request_sha256(payload))
 
 
 def _origin(message) -> Origin:
@@ -336,15 +349,28 @@ async def publish(transactions: PartitionTransactions, state: PipelineState, eve
         entry = Entry(m.offset, outputs)
         entries.setdefault(TopicPartition(m.topic, m.partition), []).append((entry, d))
     for tp, pairs in entries.items():
-        pairs[-1][0].outputs.extend(state.admitted_records(tp))
+        pairs[-1][0].outputs.extend(state.admitted_records(tp) + _shed_record(tp, pairs, state))
     extra = state.changed_levels()
     if entries and extra:
         next(iter(entries.values()))[-1][0].outputs.extend(extra)
     done = await transactions.commit_each({tp: [e for e, _ in pairs]
                                            for tp, pairs in entries.items()})
+    committed = [d for pairs, ok in zip(entries.values(), done) if ok for _, d in pairs]
     metrics.count_outcomes("pipeline", [
         (d.audit, d.audit.model_name or state.router.known(d.audit.model))
-        for pairs, committed in zip(entries.values(), done) if committed for _, d in pairs])
+        for d in committed if not isinstance(d, Shed)])
+    shed = [d for d in committed if isinstance(d, Shed)]
+    if shed:
+        metrics.SHED.labels(_class_of_topic(next(iter(entries)), state.settings)).inc(len(shed))
+
+
+def _shed_record(tp: TopicPartition, pairs: list, state: PipelineState) -> list[Record]:
+    """The audit record of the messages of ``tp`` this round shed, if any."""
+    shed = [(entry.offset, d.key) for entry, d in pairs if isinstance(d, Shed)]
+    if not shed:
+        return []
+    audit = shed_record(tp.topic, tp.partition, shed, now_ms())
+    return signed_records([[Output(state.settings.names.audit, audit)]], state.sealing)[0]
 
 
 def run(settings: PipelineSettings) -> None:

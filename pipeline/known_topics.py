@@ -1,4 +1,5 @@
-"""Which topics exist, from cluster metadata, read again every ``max_age_s``.
+"""Which topics exist, and how many partitions each has, from cluster metadata, read
+again every ``max_age_s``.
 
 The pipeline must not produce to a topic that does not exist: with topic auto-creation
 off, the send would wait for metadata, time out, and replay the same message forever.
@@ -36,6 +37,7 @@ class KnownTopics:
         self._users = 0   # those that took it with shared() and have not closed it
         self.max_age_s = max_age_s
         self._known: frozenset[str] | None = None
+        self.partitions: dict[str, int] = {}   # as of the last read
         self._read_at = float("-inf")
         self._admin: AIOKafkaAdminClient | None = None
         self._reading: asyncio.Task | None = None
@@ -53,7 +55,9 @@ class KnownTopics:
         if self._admin is None:
             self._admin = self.kafka.admin(client_id="kip-pipeline-topics")
             await self._admin.start()
-        self._known = frozenset(await self._admin.list_topics())
+        topics = await self._admin.describe_topics()   # one metadata request, as a list
+        self.partitions = {t["topic"]: len(t["partitions"]) for t in topics}
+        self._known = frozenset(self.partitions)
         self._read_at = time.monotonic()
 
     async def _keep_reading(self) -> None:

@@ -70,12 +70,25 @@ class Ledger:
         self.levels = levels if levels is not None else {}
         self.dirty: set[str] = set()
 
-    def take(self, tenant: str, model: str, payload_bytes: int, now_ms: int) -> None:
-        """Charge one request; raise ``QuotaExceeded`` (nothing charged) if any limit bites."""
+    def take(self, tenant: str, model: str | None, payload_bytes: int, now_ms: int) -> None:
+        """Charge one request to ``tenant``'s limit and to its limit on ``model``, where
+        one is set; raise ``QuotaExceeded`` (nothing charged) if any limit bites."""
+        self._take(tenant, model, payload_bytes, now_ms, tenant_wide=True)
+
+    def take_model(self, tenant: str, model: str, payload_bytes: int, now_ms: int) -> None:
+        """Charge one request to ``tenant``'s limit on ``model`` alone: the pipeline
+        charges the tenant-wide limit before it parses a message (pipeline/intake.py)."""
+        self._take(tenant, model, payload_bytes, now_ms, tenant_wide=False)
+
+    def _take(self, tenant: str, model: str | None, payload_bytes: int, now_ms: int,
+              tenant_wide: bool) -> None:
         quota = self.quotas.get(tenant)
         if quota is None:
             return
-        scopes = [("", quota)] + ([(model, quota.models[model])] if model in quota.models else [])
+        scopes = ([("", quota)] if tenant_wide else []) + (
+            [(model, quota.models[model])] if model in quota.models else [])
+        if not scopes:
+            return
         buckets = self.levels.setdefault(tenant, {})
         saved = {scope: {k: Bucket(b.tokens, b.at_ms) for k, b in buckets.get(scope, {}).items()}
                  for scope, _ in scopes}

@@ -59,13 +59,13 @@ class SeenRequests:
         self._buckets: dict[TopicPartition, dict[int, list[Key]]] = {}
         self._kept_from = 0   # the oldest bucket kept at the last sweep
 
-    def check(self, tp: TopicPartition, request: InferenceRequest) -> None:
-        """Raise ``DuplicateRequest`` if ``request``'s id was admitted in the window."""
+    def check(self, tp: TopicPartition, tenant: str, request_id: str) -> None:
+        """Raise ``DuplicateRequest`` if ``tenant``'s ``request_id`` was admitted in the
+        window (the pipeline asks before it parses: the envelope vouches for both)."""
         seen = self.partitions.setdefault(tp, {})
-        if (request.tenant, request.request_id) in seen:
-            raise DuplicateRequest(f"request {request.request_id} of tenant "
-                                   f"{request.tenant} was already admitted; its first "
-                                   "result is its answer")
+        if (tenant, request_id) in seen:
+            raise DuplicateRequest(f"request {request_id} of tenant {tenant} was already "
+                                   "admitted; its first result is its answer")
 
     def admit(self, tp: TopicPartition, request: InferenceRequest) -> None:
         self._remember(tp, (request.tenant, request.request_id), request.issued_at_ms)

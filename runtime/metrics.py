@@ -43,6 +43,11 @@ MODELS_REFUSED = Counter(
     "or loaded (worker): unsigned, signed by no trusted key, or bytes that do not match "
     "the manifest", ["stage", "model", "reason"])
 
+SHED = Counter(
+    "kip_messages_shed", "Request messages no tenant provably sent (no valid envelope), "
+    "past their key's allowance: shed unanswered, one audit record a round names them",
+    ["priority"])
+
 UNUSABLE_RECORDS = Counter(
     "kip_unusable_records", "Records of a followed topic (control, telemetry, quota "
     "levels) that could not be applied and were skipped", ["topic"])

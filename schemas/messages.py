@@ -127,6 +127,9 @@ class WorkItem(Message):
         "its tenant's own reply topic, or the shared results topic"))
     request_sha256: str | None = Field(default=None, pattern=_SHA256, description=(
         "sha256 of the request message as the producer sent it"))
+    work_partition: int | None = Field(default=None, ge=0, le=2**31 - 1, description=(
+        "the partition of the work topic the pipeline wrote it to: a worker runs it from "
+        "there alone"))
     stamp: WorkStamp | None = None
 
 
@@ -221,6 +224,10 @@ class DeadLetterRecord(Message):
     payload_sha256: str | None = Field(default=None, pattern=_SHA256)
     payload_bytes: int
     at_ms: int
+    tenant: str | None = Field(default=None, pattern=_ID, description=(
+        "who sent the message, where its envelope checked"))
+    envelope: str | None = Field(default=None, max_length=256, description=(
+        "the message's kip-envelope header, where it checked: a replay sends it again"))
 
 
 # Bounds of believable telemetry: a value past them is a bug or a lie, and is dropped

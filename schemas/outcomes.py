@@ -77,22 +77,26 @@ def audit_fields(request: InferenceRequest, *, stage: Stage, decision: str, fina
 
 
 def undecodable(payload: bytes, origin: Coordinates, err: KipError, *, stage: Stage,
-                status: Status, now_ms: int, answers: str | None = None) -> Undecodable:
+                status: Status, now_ms: int, answers: str | None = None,
+                request_id: str | None = None, tenant: str | None = None) -> Undecodable:
     """Result, final audit record and dead letter for a message that does not decode.
 
-    The result goes out under the request id read off the payload when it is well
-    formed, else under ``undecodable.<topic>.<partition>.<offset>``, which a producer
-    can compute from its own send metadata. ``answers``: the request digest the result
-    names (the pipeline's: the message's sha256; a worker's: none).
+    The result goes out under ``request_id``, where the caller knows who sent the
+    message (the pipeline, by its envelope), else under
+    ``undecodable.<topic>.<partition>.<offset>``, which a producer can compute from its
+    own send metadata: an id merely read off the payload is nobody's to claim.
+    ``answers``: the request digest the result names (the pipeline's: the message's
+    sha256; a worker's: none). The dead letter keeps the ids read off the payload, for
+    the operator.
     """
     found = hints(payload)
-    request_id = found.get("request_id") or fallback_request_id(
-        origin.topic, origin.partition, origin.offset)
+    request_id = request_id or fallback_request_id(origin.topic, origin.partition,
+                                                   origin.offset)
     result = InferenceResult(request_id=request_id, request_sha256=answers, status=status,
-                             error=error_info(err),
+                             tenant=tenant, error=error_info(err),
                              timings=Timings(total_ms=0.0), produced_at_ms=now_ms)
     audit = AuditRecord(request_id=request_id, stage=stage, decision=status.value,
-                        final=True, tenant=found.get("tenant"), error_code=err.code,
+                        final=True, tenant=tenant, error_code=err.code,
                         reason=err.message[:500], request_sha256=answers,
                         payload_bytes=len(payload), at_ms=now_ms)
     dead = dead_letter(payload, origin.topic, origin.partition, origin.offset, err, now_ms)

@@ -28,7 +28,7 @@ from schemas.errors import Unauthenticated
 from schemas.messages import ID_PATTERN, InferenceRequest, Route, WorkItem, WorkStamp
 from schemas.signing import body_sha256
 
-STAMP_SCHEME = "kip-work-v1"
+STAMP_SCHEME = "kip-work-v2"
 
 
 class StampKeys(BaseModel):
@@ -58,17 +58,18 @@ class StampKeys(BaseModel):
 
 def canonical(item: WorkItem) -> bytes:
     return canonical_fields(item.request, item.route, item.routed_at_ms, item.deadline_ms,
-                            item.reply_to, item.request_sha256)
+                            item.reply_to, item.request_sha256, item.work_partition)
 
 
 def canonical_fields(request: InferenceRequest, route: Route, routed_at_ms: int,
                      deadline_ms: int, reply_to: str | None,
-                     request_sha256: str | None) -> bytes:
+                     request_sha256: str | None, work_partition: int | None) -> bytes:
     """The stamped lines of a work item with these fields (the module docstring)."""
     fields = [STAMP_SCHEME, request.request_id, request.tenant, request.priority,
               route.model_name, route.model_version, route.artifact_sha256,
               str(routed_at_ms), str(deadline_ms), reply_to or "",
-              request_sha256 or "", body_sha256(request.inputs)]
+              request_sha256 or "", body_sha256(request.inputs),
+              "" if work_partition is None else str(work_partition)]
     return "\n".join(fields).encode("utf-8")
 
 

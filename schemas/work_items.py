@@ -24,10 +24,11 @@ from schemas.stamps import StampKeys, canonical_fields, stamp_mac
 
 def encode_work_item(payload: bytes, request: InferenceRequest, route: Route, *,
                      routed_at_ms: int, deadline_ms: int, reply_to: str | None,
-                     request_sha256: str | None, keys: StampKeys) -> bytes:
+                     request_sha256: str | None, work_partition: int | None,
+                     keys: StampKeys) -> bytes:
     """The stamped work item for ``request``, decoded from ``payload``, as JSON bytes."""
     lines = canonical_fields(request, route, routed_at_ms, deadline_ms, reply_to,
-                             request_sha256)
+                             request_sha256, work_partition)
     envelope = {"schema_version": SCHEMA_VERSION,
                 "route": route.model_dump(mode="json", exclude_none=True),
                 "routed_at_ms": routed_at_ms, "deadline_ms": deadline_ms,
@@ -36,4 +37,6 @@ def encode_work_item(payload: bytes, request: InferenceRequest, route: Route, *,
         envelope["reply_to"] = reply_to
     if request_sha256 is not None:
         envelope["request_sha256"] = request_sha256
+    if work_partition is not None:
+        envelope["work_partition"] = work_partition
     return b'{"request":' + payload + b"," + orjson.dumps(envelope)[1:]

@@ -49,10 +49,10 @@ async def apply(kafka: KafkaConnection, names: TopicNames, wanted: set[Acl],
         report = AclReport(unchanged=sorted(wanted & present),
                            created=sorted(wanted - present), drift=sorted(present - wanted))
         for acl in report.created:
-            await _send(admin, CreateAclsRequest(*_fields(acl)))
+            await send_request(admin, CreateAclsRequest(*_fields(acl)))
         if prune:
             for acl in report.drift:
-                await _send(admin, DeleteAclsRequest(*_fields(acl)))
+                await send_request(admin, DeleteAclsRequest(*_fields(acl)))
             report.removed, report.drift = report.drift, []
         return report
     finally:
@@ -61,7 +61,8 @@ async def apply(kafka: KafkaConnection, names: TopicNames, wanted: set[Acl],
 
 async def describe(admin: AIOKafkaAdminClient) -> set[Acl]:
     """Every ALLOW grant the cluster holds (for any host)."""
-    response = await _send(admin, DescribeAclsRequest(ANY, None, ANY, None, None, ANY, ANY))
+    response = await send_request(admin, DescribeAclsRequest(ANY, None, ANY, None, None, ANY,
+                                                             ANY))
     found = set()
     for resource_type, name, pattern, grants in response.resources:
         for principal, host, operation, permission in grants:
@@ -76,7 +77,7 @@ def _fields(acl: Acl) -> tuple:
             ALLOW)
 
 
-async def _send(admin: AIOKafkaAdminClient, request):
+async def send_request(admin: AIOKafkaAdminClient, request):
     """Send ``request``; raise Kafka's error if the response carries one."""
     response = await admin._send_request(request)
     codes = [getattr(response, "error_code", 0)]

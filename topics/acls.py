@@ -5,9 +5,9 @@ Principals (``User:<name>``: a SCRAM user, or the CN of an mTLS client certifica
 
 | role | principal | may |
 |---|---|---|
-| a tenant's producer | ``tenant-<tenant>`` | write the request topics of its classes; read its own reply topics (``<results>.<tenant>`` and ``<results>.<tenant>.*``) |
+| a tenant's producer | ``tenant-<tenant>`` | write the request topics of its classes; read its own reply topics (``<results>.<tenant>`` and ``<results>.<tenant>.*``), in groups of its own (``<prefix>.tenants.<tenant>.*``) if it reads through one |
 | the pipeline | ``pipeline`` | read requests, control, telemetry; read releases and write health rollbacks; write work, results, audit, dead letters; read and write quota levels; its groups, internal topics and transactional ids (``<prefix>-pipeline*``) |
-| a model's workers | ``worker-<model>`` | read that model's work topics in its groups, and releases; write results, audit, dead letters, telemetry; its transactional ids (``<prefix>.workers.<model>.*``) |
+| a model's workers | ``worker-<model>`` | read that model's work topics in its groups, and releases; read and write its answered-ids topics; write results, audit, dead letters, telemetry; its transactional ids (``<prefix>.workers.<model>.*``) |
 | the operator | ``operator`` | read and write control and releases; read dead letters; replay them (write the request topics and the replay record, its transactional id ``<prefix>-operator*``) |
 | an audit reader | ``audit-reader`` | read audit and releases; describe kip's groups and the topics they read (the audit chains' heads) |
 
@@ -132,6 +132,7 @@ def _worker(names: TopicNames, model: str) -> set[Acl]:
     acls = set()
     for priority in PRIORITIES:
         acls |= _grant(w, TOPIC, names.work(model, priority), (R, D))
+        acls |= _grant(w, TOPIC, names.answered(model, priority), (R, W, D))
     for lane in ("", "interactive"):
         acls |= _grant(w, GROUP, names.worker_group(model, lane), (R, D))
     for topic in (names.audit, names.deadletter, names.telemetry):
@@ -150,6 +151,7 @@ def _tenant(names: TopicNames, tenant: str, classes: Iterable[Priority]) -> set[
     reply = names.reply_topic(tenant)
     acls |= _grant(t, TOPIC, reply, (R, D))
     acls |= _grant(t, TOPIC, reply + ".", (R, D), PREFIXED)
+    acls |= _grant(t, GROUP, names.tenant_groups(tenant), (R, D), PREFIXED)
     return acls
 
 

@@ -13,6 +13,9 @@ ADMITTED_RETENTION_MS = 6 * 3600 * 1000
 # The largest record on any kip topic. The broker's message.max.bytes, the producers'
 # max_request_size and the consumers' fetch sizes are all derived from it, so that they agree.
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+# A work item's record time is the broker's: when it was appended, which no producer
+# sets, so a worker can tell a copy written later (workers/single_use.py).
+APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,12 @@ def catalogue(names: TopicNames, models: list[str], partitions: int = 3,
                         "partition (replay protection)", _delete(ADMITTED_RETENTION_MS))
               for p in PRIORITIES]
     specs += [TopicSpec(names.work(m, p), partitions, "request id",
-                        f"admitted {p.value} requests routed to model {m}", _delete(DAY_MS))
+                        f"admitted {p.value} requests routed to model {m}",
+                        _delete(DAY_MS) | APPEND_TIME)
+              for m in models for p in PRIORITIES]
+    specs += [TopicSpec(names.answered(m, p), partitions, "input partition",
+                        f"request ids {m}'s workers answered from {names.work(m, p)}, "
+                        "partition by partition (single use)", _delete(DAY_MS))
               for m in models for p in PRIORITIES]
     specs += [
         reply_topic(names, partitions=partitions),

@@ -59,6 +59,11 @@ class TopicNames:
         partition: what replay protection rebuilds from (pipeline/replays.py)."""
         return f"{self.prefix}.admitted.{priority_of(priority)}"
 
+    def answered(self, model: str, priority: Priority | str) -> str:
+        """The request ids ``model``'s workers answered from ``work(model, priority)``,
+        partition by partition: what single use rebuilds from (workers/single_use.py)."""
+        return f"{self.prefix}.answered.{model}.{priority_of(priority)}"
+
     @property
     def releases(self) -> str:
         """Every release of every alias (schemas/releases.py): the release record."""
@@ -101,6 +106,12 @@ class TopicNames:
         if tuple(classes) == PRIORITIES:
             return f"{self.prefix}-pipeline"
         return f"{self.prefix}-pipeline-" + "-".join(Priority(c).value for c in classes)
+
+    def tenant_groups(self, tenant: str) -> str:
+        """The prefix of the consumer groups a tenant's clients may use to read their
+        reply topics (``<prefix>.tenants.<tenant>.``): kip's client reads without a
+        group, but some clients read only through one."""
+        return f"{self.prefix}.tenants.{tenant}."
 
     def worker_group(self, model: str, lane: str = "") -> str:
         """``lane`` "interactive", or "" for the standard/batch lane."""

@@ -69,11 +69,12 @@ class Encoded:
     key: bytes
     value: bytes
     headers: list
+    partition: int | None = None
 
     is_result = False
 
     def record(self, sealing: Sealing) -> Record:
-        return Record(self.topic, self.key, self.value, self.headers)
+        return Record(self.topic, self.key, self.value, self.headers, self.partition)
 
 
 @dataclass(frozen=True)

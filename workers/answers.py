@@ -17,6 +17,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from functools import partial
 
+from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from runtime import metrics
@@ -28,7 +29,9 @@ from topics.names import TopicNames
 from topics.outputs import Document, Output
 from workers.batching import ChunkRun, Stages, group_by, run_group
 from workers.checks import check_addressed, check_inputs
-from workers.outcome import Stamps, poisoned, served, terminal_outputs, undecodable
+from workers.outcome import (Stamps, poisoned, refused_copy, served, terminal_outputs,
+                             undecodable)
+from workers.single_use import Answered
 from workers.pace import Pace
 from workers.session import ModelSession, Prepared
 from workers.sessions import Sessions
@@ -57,6 +60,7 @@ class Answering:
     names: TopicNames
     before_inference: Callable[[list[Pair]], None] | None = None
     preparer: Executor | None = None
+    answered: Answered | None = None   # single use (workers/single_use.py); None: none
 
     def chunk(self, version: str, rows: list[int]) -> int:
         """Requests per inference call for requests of ``version`` with ``rows`` rows."""
@@ -68,7 +72,10 @@ class Answering:
 
 
 async def answer(records: list[ConsumerRecord], pulled_ms: float, how: Answering) -> Answers:
-    """Every record's outputs: inference, or a terminal error."""
+    """Every record's outputs: inference, or a terminal error (or, for a copy of an item
+    answered already, its refusal)."""
+    if how.answered is not None:
+        await how.answered.ready({TopicPartition(r.topic, r.partition) for r in records})
     answers: Answers = {}
     pairs: list[Pair] = []
     for record in records:
@@ -131,9 +138,9 @@ class _Refused(Exception):
 
 
 def _trusted(record: ConsumerRecord, pulled_ms: float, how: Answering) -> WorkItem:
-    """The record's work item, if it decodes, carries a valid stamp and is addressed to
-    this worker; else raise ``_Refused`` with its ending (an unstamped item's result
-    names no request digest: it answers nothing a client sent)."""
+    """The record's work item, if it decodes, carries a valid stamp, is addressed to this
+    worker and is not a copy; else raise ``_Refused`` with its ending (one without a
+    valid stamp ends under its coordinates: it answers nothing a client sent)."""
     try:
         item = decode(WorkItem, record.value or b"")
     except InvalidRequest as err:
@@ -142,20 +149,36 @@ def _trusted(record: ConsumerRecord, pulled_ms: float, how: Answering) -> WorkIt
         log.exception("decoding a work item raised")
         raise _Refused(undecodable(record, InvalidRequest(f"undecodable: {exc!r}"[:200]),
                                    how.names)) from None
-    stamped = False
+    try:
+        refused = _refused(record, item, pulled_ms, how)
+    except Exception as exc:   # a defect in a check: the item is not trusted
+        log.exception("checking a work item raised")
+        refused = undecodable(record, Internal(f"worker defect: {exc!r}"[:300]), how.names)
+    if refused is not None:
+        raise _Refused(refused)
+    return item
+
+
+def _refused(record: ConsumerRecord, item: WorkItem, pulled_ms: float, how: Answering
+             ) -> list[Output] | None:
+    """The ending of a decoded item that must not run, or None: no valid stamp (no
+    one's), another model's or replying outside the results namespace (failed), or a
+    copy of one answered already (workers/single_use.py)."""
     try:
         check_stamp(item, how.keys)
-        stamped = True
+    except KipError as err:
+        metrics.WORK_REFUSED.labels(how.model, err.code).inc()
+        return undecodable(record, err, how.names)
+    try:
         check_addressed(item, how.model, how.names)
     except KipError as err:
         metrics.WORK_REFUSED.labels(how.model, err.code).inc()
-        raise _Refused(poisoned(record, item, Stamps(pulled_ms), how.names, err,
-                                trusted=stamped)) from None
-    except Exception as exc:   # a defect in a check: the item is not trusted
-        log.exception("checking a work item raised")
-        raise _Refused(undecodable(record, Internal(f"worker defect: {exc!r}"[:300]),
-                                   how.names)) from None
-    return item
+        return poisoned(record, item, Stamps(pulled_ms), how.names, err)
+    copy = how.answered.refusal(record, item) if how.answered is not None else None
+    if copy is not None:
+        metrics.WORK_REFUSED.labels(how.model, copy.code).inc()
+        return refused_copy(record, item, how.names, copy)
+    return None
 
 
 async def _answer_version(version: str, group: list[Pair], pulled_ms: float,

@@ -36,7 +36,7 @@ from topics.catalogue import MAX_MESSAGE_BYTES
 from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS
 from topics.fetch_waits import wait_long_when_whole
 from topics.names import TopicNames
-from topics.outputs import Sealing, signed_records
+from topics.outputs import Record, Sealing, signed_records
 from topics.transactions import Entry, PartitionTransactions
 from topics.txn_steps import transaction_timeout_ms
 from workers.answers import Answers
@@ -44,6 +44,7 @@ from workers.health import HEALTH
 from workers.batching import group_by
 from workers.outcome import Ended, destinations
 from workers.settings import WorkerSettings
+from workers.single_use import Answered, answered_reader
 
 BACKGROUND_NICE = 10
 
@@ -90,6 +91,7 @@ class Lane:
     transactions: PartitionTransactions
     sealing: Sealing
     names: TopicNames
+    answered: Answered
     gate: Gate = field(default_factory=Gate)
     committing: list[asyncio.Task] = field(default_factory=list)
 
@@ -103,20 +105,34 @@ class Lane:
                 tp, [d for _, item in group for d in destinations(item, self.names)])
 
     def commit(self, batch: list[ConsumerRecord], answers: Answers,
-               endings: dict[int, Ended | None]) -> None:
-        """Start committing ``batch`` with its outputs, in the background; ``endings``
-        (``workers.outcome.ended`` of each record's outputs) are counted once committed."""
-        self.committing.append(asyncio.create_task(self._commit(batch, answers, endings)))
+               endings: dict[int, Ended | None], answered: dict[TopicPartition, list[Record]]
+               ) -> None:
+        """Start committing ``batch`` with its outputs and the ids it ``answered`` (per
+        input partition), in the background; ``endings`` (``workers.outcome.ended`` of
+        each record's outputs) are counted once committed."""
+        self.committing.append(asyncio.create_task(
+            self._commit(batch, answers, endings, answered)))
+
+    def answered_records(self, batch: list[ConsumerRecord], priority: str
+                         ) -> dict[TopicPartition, list[Record]]:
+        """The ids ``batch`` answered, per input partition, as records (taken now: the
+        next batch's are its own transaction's)."""
+        return {tp: self.answered.records(tp, self.model, priority)
+                for tp in {TopicPartition(r.topic, r.partition) for r in batch}}
 
     async def _commit(self, batch: list[ConsumerRecord], answers: Answers,
-                      endings: dict[int, Ended | None]) -> None:
+                      endings: dict[int, Ended | None],
+                      answered: dict[TopicPartition, list[Record]]) -> None:
         """One transaction per input partition. A partition lost meanwhile is not ours to
         commit: its new owner answers those records, and we do not count them."""
         groups = group_by(batch, lambda r: TopicPartition(r.topic, r.partition))
         signed = dict(zip(map(id, batch), signed_records([answers[id(r)] for r in batch],
                                                          self.sealing)))
-        done = await self.transactions.commit_each(
-            {tp: [Entry(r.offset, signed[id(r)]) for r in rs] for tp, rs in groups.items()})
+        entries = {tp: [Entry(r.offset, signed[id(r)]) for r in rs]
+                   for tp, rs in groups.items()}
+        for tp, tp_entries in entries.items():
+            tp_entries[-1].outputs.extend(answered.get(tp, []))
+        done = await self.transactions.commit_each(entries)
         _observe([endings[id(r)] for rs, committed in zip(groups.values(), done)
                   if committed for r in rs], self.model)
 
@@ -169,8 +185,10 @@ def open_lane(settings: WorkerSettings, model: str, name: str, topics: list[str]
                 _background_thread("kip-infer-background"))
     # An interactive batch runs in one call: there is no next chunk to prepare.
     preparer = None if name else _background_thread("kip-prepare-background")
+    answered = Answered(settings.names, reader=answered_reader(
+        settings.kafka, settings.names, model, transactions.committed))
     lane = Lane(name or "background", model, consumer, executor, preparer, transactions,
-                sealing, settings.names)
+                sealing, settings.names, answered)
     consumer.subscribe(topics, listener=_Revocations(lane))
     return lane
 
@@ -188,14 +206,19 @@ class _Revocations(ConsumerRebalanceListener):
             if self.lane.committing:   # their errors are the loop's to raise
                 await asyncio.wait(self.lane.committing)
             for tp in revoked:
+                self.lane.answered.drop(tp)
                 await self.lane.transactions.release(tp)
 
     async def on_partitions_assigned(self, assigned) -> None:
         """Each producer fences the partition's previous owner and reads its floor
         now, so the first request on a partition does not wait for those round trips
-        (a few to tens of ms each). aiokafka may fetch meanwhile: a commit that needs
-        a producer still being built waits for it (``PartitionTransactions``)."""
+        (a few to tens of ms each); then the ids answered from it are read back, in the
+        background (workers/single_use.py). aiokafka may fetch meanwhile: a commit that
+        needs a producer still being built waits for it (``PartitionTransactions``), and a
+        batch waits for its partitions' ids (``Answered.ready``)."""
         await self.lane.transactions.claim_each(assigned)
+        for tp in assigned:   # answered ids read back before its first batch is answered
+            self.lane.answered.claim(tp)
 
 
 def _observe(committed: list[Ended | None], model: str) -> None:

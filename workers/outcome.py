@@ -34,15 +34,13 @@ class Stamps:
 
 
 def terminal(item: WorkItem, stamps: Stamps, now_ms: int, outputs: list[Tensor] | None = None,
-             error: KipError | None = None, trusted: bool = True
-             ) -> tuple[InferenceResult, AuditRecord]:
-    """Result and final audit record. A result names the request digest only for a
-    ``trusted`` (stamped) item: any other answers no request a client sent. Both are
-    ``built`` (schemas/trusted.py): every field comes from the decoded work item, the
-    worker's clocks, or outputs the session checked."""
+             error: KipError | None = None) -> tuple[InferenceResult, AuditRecord]:
+    """Result and final audit record of a stamped item. Both are ``built``
+    (schemas/trusted.py): every field comes from the decoded work item, the worker's
+    clocks, or outputs the session checked."""
     status = status_of(error, Status.FAILED)
     timings = _timings(item, stamps, now_ms)
-    digest = item.request_sha256 if trusted else None
+    digest = item.request_sha256
     result = built(InferenceResult, _result_fields(
         item, status, stamps, now_ms, outputs or [], timings, digest,
         error=error and error_info(error)))
@@ -124,18 +122,32 @@ def terminal_outputs(item: WorkItem, stamps: Stamps, names: TopicNames,
 
 
 def poisoned(record: ConsumerRecord, item: WorkItem, stamps: Stamps, names: TopicNames,
-             exc: Exception, trusted: bool = True) -> list[Output]:
-    """A work item that failed a check, or whose inference failed on its own: a failed
-    result, the final audit record and a dead letter. The result of a ``trusted``
-    (stamped) item goes to its reply topic; any other's to the shared results topic,
-    as nothing says who sent it (a forged item must not fill a tenant's topic)."""
+             exc: Exception) -> list[Output]:
+    """A stamped work item that failed a check, or whose inference failed on its own: a
+    failed result on its reply topic, the final audit record and a dead letter. (An item
+    whose stamp does not verify is no request's: ``undecodable``.)"""
     err = exc if isinstance(exc, KipError) else Internal(f"{type(exc).__name__}: {exc}")
     now = codec.now_ms()
-    result, audit = terminal(item, stamps, now, error=err, trusted=trusted)
+    result, audit = terminal(item, stamps, now, error=err)
     dead = dead_letter(record.value or b"", record.topic, record.partition, record.offset,
                        err, now)
-    to = reply_topic(item, names) if trusted else names.results
-    return ending(names, to, result, audit, dead)
+    return ending(names, reply_topic(item, names), result, audit, dead)
+
+
+def refused_copy(record: ConsumerRecord, item: WorkItem, names: TopicNames,
+                 err: KipError) -> list[Output]:
+    """A copy of a work item that was answered already (or could have been:
+    workers/single_use.py): its request has its one ending, so no result and no final
+    audit record; a dead letter, and an audit record that says it was refused."""
+    now = codec.now_ms()
+    audit = built(AuditRecord, audit_fields(
+        item.request, stage=STAGE, decision="refused", final=False, at_ms=now,
+        payload_bytes=len(record.value or b""), route=item.route, code=err.code,
+        reason=err.message, request_sha256=item.request_sha256))
+    dead = dead_letter(record.value or b"", record.topic, record.partition, record.offset,
+                       err, now)
+    trace = item.request.traceparent
+    return [Output(names.audit, audit, trace), Output(names.deadletter, dead)]
 
 
 def destinations(item: WorkItem, names: TopicNames) -> list[tuple[str, bytes]]:
@@ -153,8 +165,9 @@ def reply_topic(item: WorkItem, names: TopicNames) -> str:
 
 
 def undecodable(record: ConsumerRecord, err: KipError, names: TopicNames) -> list[Output]:
-    """A work item that does not decode: a failed result under the request id read off
-    it (or its coordinates) on the default reply topic, a final audit record and a dead
+    """A work item that does not decode, or whose stamp does not verify: nothing says
+    whose it is, so a failed result under the id of its coordinates on the shared
+    results topic (it ends no request it names), a final audit record and a dead
     letter."""
     origin = Coordinates(record.topic, record.partition, record.offset)
     end = undecodable_ending(record.value or b"", origin, err, stage=STAGE, status=Status.FAILED,

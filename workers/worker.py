@@ -181,15 +181,17 @@ class Worker:
                             self.pace, interactive,
                             (s.background_min_batch, min(s.background_max_batch,
                                                          self.max_batch)), s.names,
-                            lane.begin_early if interactive else None, lane.preparer)
+                            lane.begin_early if interactive else None, lane.preparer,
+                            lane.answered)
             answers = await answer(records, pulled, how)
+            answered = lane.answered_records(records, priority.value)
             endings = {key: ended(outputs) for key, outputs in answers.items()}
             inferred += sum(ran_inference(e) for e in endings.values())
             if n == 0:
                 if before is not None:
                     await asyncio.wait([before])   # its errors are the loop's to raise
                 await lane.settle()
-            lane.commit(records, answers, endings)
+            lane.commit(records, answers, endings, answered)
         return inferred
 
     async def _report(self) -> None:

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import orjson
 
 from schemas import DeadLetterRecord, decode
-from schemas.deadletter import hints
 from schemas.errors import InvalidRequest
 from topics.clients import KafkaConnection
 from topics.names import TopicNames
@@ -93,9 +92,9 @@ def verdict(letter: Letter, names: TopicNames, done: dict[str, dict]) -> Verdict
     if letter.payload() is None:
         return Verdict(letter, False, f"its payload ({r.payload_bytes} bytes) was cut to "
                        "the first 64 KiB: it cannot be sent again whole")
-    if hints(letter.payload()).get("tenant") is None:
-        return Verdict(letter, False, "it names no tenant: the pipeline takes requests "
-                       "keyed by their tenant only, so it would be refused")
+    if r.envelope is None or r.tenant is None or r.request_id is None:
+        return Verdict(letter, False, "no tenant vouched for it (no valid envelope): the "
+                       "pipeline would take it for no tenant's again")
     return Verdict(letter, True, f"to {r.origin_topic}")
 
 

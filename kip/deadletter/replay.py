@@ -12,8 +12,8 @@ from __future__ import annotations
 import orjson
 
 from kip.deadletter.letters import Letter, Verdict, replayed, verdict
-from schemas.codec import now_ms
-from schemas.deadletter import hints
+from schemas.codec import REQUEST_ID_HEADER, now_ms
+from schemas.envelopes import ENVELOPE_HEADER
 from topics.clients import KafkaConnection
 from topics.names import TopicNames
 
@@ -38,9 +38,11 @@ async def replay(kafka: KafkaConnection, names: TopicNames, chosen: list[Letter]
 
 
 async def _send(producer, names: TopicNames, letter: Letter, by: str) -> None:
-    payload = letter.payload()
-    tenant = hints(payload)["tenant"]
-    await producer.send(letter.record.origin_topic, payload, key=tenant.encode())
+    """The letter's payload as its sender sent it: keyed by its tenant, with its request
+    id and its envelope, so that the pipeline takes it for that tenant's again."""
+    r = letter.record
+    await producer.send(r.origin_topic, letter.payload(), key=r.tenant.encode(), headers=[
+        (REQUEST_ID_HEADER, r.request_id.encode()), (ENVELOPE_HEADER, r.envelope.encode())])
     note = {"at_ms": now_ms(), "by": by, "to": letter.record.origin_topic,
             "deadletter_offset": letter.offset, "request_id": letter.record.request_id,
             "payload_sha256": letter.record.payload_sha256}

@@ -117,23 +117,26 @@ def client_for(s: DevStack, tenant: str | None = None, key_id: str = "acme-k1",
 
 
 async def publish_as(s: DevStack, user: str, topic: str, value: bytes | None,
-                     key: bytes | None = None, headers: list | None = None):
+                     key: bytes | None = None, headers: list | None = None,
+                     partition: int | None = None):
     """Publish as ``user`` (a stage's principal): what only kip itself may write."""
     producer = s.connection(user).producer()
     await producer.start()
     try:
-        return await producer.send_and_wait(topic, value, key=key, headers=headers)
+        return await producer.send_and_wait(topic, value, key=key, headers=headers,
+                                            partition=partition)
     finally:
         await producer.stop()
 
 
 def work_item(s: DevStack, request, stamp: bool = True, **fields) -> WorkItem:
-    """A digits work item for ``request`` as the pipeline would write it (``fields``
-    override), stamped with the stack's key unless ``stamp`` is False."""
+    """A digits work item for ``request`` as the pipeline would write it to partition 0
+    of its work topic (``fields`` override), stamped with the stack's key unless
+    ``stamp`` is False."""
     version = s.registry.aliases()["digits"].split("@")[1]
     manifest = s.registry.get("digits", version).manifest
     item = WorkItem(**({"request": request, "routed_at_ms": now_ms(),
-                        "deadline_ms": now_ms() + 30_000,
+                        "deadline_ms": now_ms() + 30_000, "work_partition": 0,
                         "reply_to": s.names.reply_topic(request.tenant),
                         "request_sha256": request_sha256(encode(request)),
                         "route": Route(alias="digits", model_name="digits",

@@ -93,8 +93,8 @@ def test_oversized_payloads_are_rejected_unparsed_and_memory_stays_flat(stack):
             for i in range(n):
                 rid = f"big-{n}-{i}"
                 futures.append(kip.expect(rid, payload))
-                await kip._producer.send(topic, payload, key=b"acme",
-                                         headers=[("kip-request-id", rid.encode())])
+                await kip.send_raw(topic, payload, key=b"acme", sealed=True,
+                                   headers=[("kip-request-id", rid.encode())])
             return await asyncio.wait_for(asyncio.gather(*futures), 300)
     asyncio.run(flood(100))      # warm up buffers before measuring
     rss_before = _rss_bytes(pipeline_pid)
@@ -125,7 +125,7 @@ def test_a_request_that_expired_in_the_queue_is_not_inferred(stack):
             fut = kip.expect(request.request_id, encode(request))
             await publish_as(stack, "pipeline", kip.names.work("digits", "standard"),
                              encode(item), key=request.request_id.encode(),
-                             headers=headers(item))
+                             headers=headers(item), partition=0)
             return await asyncio.wait_for(fut, 30)
     before = _digits_rows_inferred(stack)
     result = asyncio.run(go())

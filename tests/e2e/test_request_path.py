@@ -15,7 +15,7 @@ from devkit.stack import ClientSpec, tenant_credentials
 from kip.client import KipClient
 from models.export.digits import dataset
 from schemas import DeadLetterRecord, InferenceResult, Status, decode, encode
-from schemas.codec import now_ms
+from schemas.codec import headers, now_ms
 from schemas.messages import Priority, output_array
 from tests.e2e.conftest import client_for, explained, outputs_of, publish_as, read_topic
 from topics.admin import apply
@@ -73,15 +73,47 @@ def test_sentence_embeddings_through_the_pipeline_match_torch(stack):
     assert abs(cosine - 0.7553) < 1e-3
 
 
-@pytest.mark.parametrize("client_kw, kw", [
-    ({"secret": "not-the-secret"}, {}),                         # bad signature
-    ({"key_id": "who-is-this"}, {}),                            # unknown key id
-], ids=["bad-signature", "unknown-key"])
-def test_unauthenticated_requests_are_rejected(stack, client_kw, kw):
-    result = _send(stack, "digits", PIXELS, client_kw=client_kw, **kw)
+@pytest.mark.parametrize("client_kw", [{"secret": "not-the-secret"},
+                                       {"key_id": "who-is-this"}],
+                         ids=["wrong-secret", "unknown-key"])
+def test_a_message_no_tenant_sent_is_answered_on_the_shared_topic(stack, client_kw):
+    """Its envelope does not check: no tenant's. UNAUTHENTICATED on the shared results
+    topic under its coordinates, nothing on the tenant's topic or under its id."""
+    async def go():
+        async with client_for(stack, **client_kw) as kip:
+            request = kip.request("digits", PIXELS)
+            meta = await (await kip.send(request))
+        coordinates = f"undecodable.{meta.topic}.{meta.partition}.{meta.offset}"
+        for _ in range(30):
+            seen = await outputs_of(stack, coordinates, settle_s=1)
+            if seen["results"]:
+                break
+        return seen, await outputs_of(stack, request.request_id)
+    seen, under_its_id = asyncio.run(go())
+    [result] = seen["results"]
     assert result.status == Status.REJECTED and result.error.code == "UNAUTHENTICATED"
-    _one_result_one_final_audit(stack, result)
+    assert result.tenant is None and "envelope" in result.error.message
+    assert [a.final for a in seen["audit"]] == [True]
+    assert under_its_id == {"results": [], "audit": [], "deadletter": []}
     _still_serving(stack)
+
+
+def test_a_request_whose_body_signature_fails_is_answered_to_its_sender(stack):
+    """Its envelope checks (the sender holds the key), its body's signature does not:
+    UNAUTHENTICATED on the sender's own topic, under its id."""
+    async def go():
+        async with client_for(stack) as kip:
+            forged = KipClient("unused:0", tenant="acme", key_id="acme-k1", secret="wrong",
+                               topic_prefix=stack.prefix).request("digits", PIXELS)
+            body = encode(forged)
+            answer = kip.expect(forged.request_id, body)
+            await kip.publish_raw(kip.names.requests("standard"), body, key=b"acme",
+                                  headers=headers(forged), sealed=True)
+            return await asyncio.wait_for(answer, 30)
+    result = asyncio.run(go())
+    assert result.status == Status.REJECTED and result.error.code == "UNAUTHENTICATED"
+    assert result.tenant == "acme"
+    _one_result_one_final_audit(stack, result)
 
 
 def test_a_replayed_old_request_is_unauthenticated(stack):
@@ -126,7 +158,8 @@ def test_a_malformed_body_is_invalid_and_dead_lettered_with_its_origin(stack):
         async with client_for(stack) as kip:
             topic = kip.names.requests("standard")
             body = b'{"request_id": "malformed-1", "tenant": "acme", "inputs": 42}'
-            meta = await kip.publish_raw(topic, body, key=b"acme")
+            meta = await kip.publish_raw(topic, body, key=b"acme", sealed=True,
+                                         headers=[("kip-request-id", b"malformed-1")])
             return await asyncio.wait_for(kip.expect("malformed-1", body), 30), meta, body
     result, meta, body = asyncio.run(go())
     assert result.status == Status.REJECTED and result.error.code == "INVALID_REQUEST"
@@ -137,28 +170,49 @@ def test_a_malformed_body_is_invalid_and_dead_lettered_with_its_origin(stack):
     _still_serving(stack)
 
 
-def test_undecodable_bytes_without_an_id_still_get_a_correlatable_result(stack):
+def test_undecodable_bytes_are_answered_where_their_sender_is_known(stack):
+    """Sealed by acme's client: INVALID_REQUEST on acme's topic under the id its envelope
+    vouches for, with a dead letter. Sent bare: no tenant's, so UNAUTHENTICATED on the
+    shared results topic under its coordinates, whatever it claims."""
+    junk = b"\x00\xff binary junk"
+
     async def go():
         async with client_for(stack) as kip:
             topic = kip.names.requests("batch")
-            meta = await kip.publish_raw(topic, b"\x00\xff binary junk", key=b"acme")
-            rid = f"undecodable.{meta.topic}.{meta.partition}.{meta.offset}"
-            return await asyncio.wait_for(kip.expect(rid, b"\x00\xff binary junk"), 30), meta
-    result, meta = asyncio.run(go())
-    assert result.error.code == "INVALID_REQUEST"
+            meta = await kip.publish_raw(topic, junk, key=b"acme", sealed=True,
+                                         headers=[("kip-request-id", b"junk-1")])
+            sealed = await asyncio.wait_for(kip.expect("junk-1", junk), 30)
+            bare = await kip.publish_raw(topic, junk, key=b"acme",
+                                         headers=[("kip-request-id", b"junk-2")])
+            return sealed, meta, bare
+    result, meta, bare = asyncio.run(go())
+    assert result.error.code == "INVALID_REQUEST" and result.tenant == "acme"
     _one_result_one_final_audit(stack, result)
     records = asyncio.run(read_topic(stack.kafka, stack.names.deadletter))
     dead = [d for d in (decode(DeadLetterRecord, r.value) for r in records)
             if (d.origin_topic, d.origin_partition, d.origin_offset) ==
             (meta.topic, meta.partition, meta.offset)]
     assert len(dead) == 1 and dead[0].payload_b64 is None   # payloads are not kept by default
-    assert dead[0].payload_sha256 == hashlib.sha256(b"\x00\xff binary junk").hexdigest()
+    assert dead[0].payload_sha256 == hashlib.sha256(junk).hexdigest()
+    coordinates = f"undecodable.{bare.topic}.{bare.partition}.{bare.offset}"
+    for _ in range(30):
+        seen = asyncio.run(outputs_of(stack, coordinates, settle_s=1))
+        if seen["results"]:
+            break
+    [unsigned] = seen["results"]
+    assert unsigned.error.code == "UNAUTHENTICATED" and unsigned.tenant is None
+    assert asyncio.run(outputs_of(stack, "junk-2"))["results"] == []
     _still_serving(stack)
 
 
 def test_every_process_serves_prometheus_metrics(stack):
     _still_serving(stack)
-    _send(stack, "digits", PIXELS, client_kw={"secret": "wrong"})
+
+    async def unsigned():   # no tenant's: answered on the shared topic, counted
+        async with client_for(stack, secret="wrong") as kip:
+            await (await kip.send(kip.request("digits", PIXELS)))
+        await asyncio.sleep(2)
+    asyncio.run(unsigned())
     text = {}
     for i, name in enumerate(("pipeline", "minilm", "digits")):
         url = f"http://127.0.0.1:{stack.metrics_base_port + i}/metrics"
@@ -178,14 +232,15 @@ def test_a_poison_work_item_fails_with_a_dead_letter_and_the_worker_keeps_servin
     topic = stack.names.work("digits", "standard")
     meta = asyncio.run(publish_as(stack, "pipeline", topic,   # a pipeline's defect
                                   b'{"request": {"request_id": "poison-1"}}', key=b"poison-1"))
-    for _ in range(30):
-        seen = asyncio.run(outputs_of(stack, "poison-1", settle_s=1))
+    coordinates = f"undecodable.{meta.topic}.{meta.partition}.{meta.offset}"
+    for _ in range(30):   # under its coordinates: nothing vouches for the id it names
+        seen = asyncio.run(outputs_of(stack, coordinates, settle_s=1))
         if seen["results"]:
             break
     [result] = seen["results"]
     assert result.status == Status.FAILED and result.error.code == "INVALID_REQUEST"
-    seen = _one_result_one_final_audit(stack, result)
-    [dead] = seen["deadletter"]
+    _one_result_one_final_audit(stack, result)
+    [dead] = asyncio.run(outputs_of(stack, "poison-1"))["deadletter"]   # the id it names
     assert (dead.origin_topic, dead.origin_offset) == (meta.topic, meta.offset)
     _still_serving(stack)
 
@@ -203,7 +258,8 @@ def test_results_go_to_an_existing_reply_topic_and_a_missing_one_is_refused(stac
                                 reply_to=f"{stack.prefix}.results.missing")
             request = missing.request("digits", PIXELS)
             await on_default.publish_raw(on_default.names.requests("standard"),
-                                         encode(request), key=b"acme")
+                                         encode(request), key=b"acme", sealed=True,
+                                         headers=headers(request))
             refused = await asyncio.wait_for(
                 on_default.expect(request.request_id, encode(request)), 30)
             return ok, refused
@@ -256,7 +312,7 @@ def test_a_request_naming_an_input_twice_is_refused_and_its_batch_mates_served(s
                     priority="interactive")) for n in range(10)]
             refused = rogue.expect(bad.request_id, body)
             await rogue.publish_raw(rogue.names.requests("interactive"), body,
-                                    key=b"limited")
+                                    key=b"limited", sealed=True, headers=headers(bad))
             futures += [await (acme if n % 2 else modest).submit(
                 (acme if n % 2 else modest).request(
                     "digits", {"pixels": np.full((1, 64), n, np.float32)},

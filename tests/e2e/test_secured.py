@@ -120,3 +120,25 @@ def test_a_tenant_cannot_listen_on_another_tenants_reply_topic(secured):
     client.reply_to = secured.names.reply_topic("acme")
     with pytest.raises(PermissionError, match="may not read"):
         asyncio.run(client.start())
+
+
+def test_a_tenant_reads_its_replies_through_a_group_of_its_own_only(secured):
+    """A client that reads only through a consumer group (kafkajs, say) may use groups
+    named ``<prefix>.tenants.<tenant>.*``; another tenant's prefix is refused."""
+    from aiokafka.errors import GroupAuthorizationFailedError
+
+    names, acme = secured.names, secured.secured.client("tenant-acme")
+    asyncio.run(_infer_as_acme(secured))
+
+    async def read_through(group: str) -> int:
+        consumer = acme.consumer(names.reply_topic("acme"), group_id=group,
+                                 auto_offset_reset="earliest")
+        try:
+            await consumer.start()
+            batches = await consumer.getmany(timeout_ms=10_000)
+            return sum(len(records) for records in batches.values())
+        finally:
+            await consumer.stop()
+    assert asyncio.run(read_through(names.tenant_groups("acme") + "reader")) >= 1
+    with pytest.raises(GroupAuthorizationFailedError):
+        asyncio.run(read_through(names.tenant_groups("bob") + "reader"))

@@ -20,7 +20,7 @@ from schemas import InferenceResult, Status, Tensor, encode
 from schemas.codec import headers, now_ms
 from schemas.messages import Timings, WorkerTelemetry
 from schemas.stamps import StampKeys, stamped
-from tests.e2e.conftest import client_for, outputs_of, publish_as, work_item
+from tests.e2e.conftest import client_for, outputs_of, publish_as, read_topic, work_item
 
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
 
@@ -65,7 +65,8 @@ def test_a_bad_work_item_fails_once_with_a_dead_letter_and_the_worker_keeps_serv
             else:
                 item = work_item(stack, _bad_inputs(case, kip))
             meta = await publish_as(stack, "pipeline", stack.names.work("digits", "standard"),
-                                    encode(item), key=item.request.request_id.encode())
+                                    encode(item), key=item.request.request_id.encode(),
+                                    partition=0)
             return item, meta, await _outputs(stack, item.request.request_id)
     item, meta, seen = asyncio.run(go())
     [result] = seen["results"]
@@ -91,14 +92,18 @@ def test_a_work_item_without_a_valid_stamp_is_refused_and_dead_lettered(plain_st
             else:
                 item = work_item(stack, request).model_copy(
                     update={"reply_to": stack.names.results})
-            await publish_as(stack, "pipeline", stack.names.work("digits", "interactive"),
-                             encode(item), key=request.request_id.encode())
-            return await _outputs(stack, request.request_id)
-    seen = asyncio.run(go())
-    [result] = seen["results"]
+            meta = await publish_as(stack, "pipeline", stack.names.work("digits", "interactive"),
+                                    encode(item), key=request.request_id.encode(),
+                                    partition=0)
+            coordinates = f"undecodable.{meta.topic}.{meta.partition}.{meta.offset}"
+            return await _outputs(stack, coordinates), await outputs_of(stack,
+                                                                        request.request_id)
+    seen, under_its_id = asyncio.run(go())
+    [result] = seen["results"]   # under its coordinates: it ends no request it names
     assert result.status == Status.FAILED and result.error.code == "UNAUTHENTICATED"
     assert result.request_sha256 is None and result.timings.inference_ms is None
-    assert len(seen["deadletter"]) == 1
+    assert under_its_id["results"] == [] and under_its_id["audit"] == []
+    assert len(under_its_id["deadletter"]) == 1   # the id it names, kept for the operator
     _still_serving(stack)
 
 
@@ -131,8 +136,9 @@ def test_a_replay_is_a_duplicate_and_runs_once_also_after_a_pipeline_restart(pla
     async def send_copies(body: bytes, copies: int, request_id: str, first=None):
         async with client_for(stack) as kip:
             answer = kip.expect(request_id, body) if first else None
-            for _ in range(copies):
-                await kip.publish_raw(kip.names.requests("standard"), body, key=b"acme")
+            for _ in range(copies):   # copies of the record, its envelope too
+                await kip.publish_raw(kip.names.requests("standard"), body, key=b"acme",
+                                      headers=_id_header(request_id), sealed=True)
             return await asyncio.wait_for(answer, 30) if answer else None
 
     async def build():
@@ -166,7 +172,7 @@ def test_a_reply_topic_of_another_tenant_is_forbidden(plain_stack):
             request = rogue.request("digits", PIXELS)
             answer = kip.expect(request.request_id, encode(request))   # acme's own topic
             await kip.publish_raw(kip.names.requests("standard"), encode(request),
-                                  key=b"acme")
+                                  key=b"acme", headers=headers(request), sealed=True)
             return await asyncio.wait_for(answer, 30)
     result = asyncio.run(go())
     assert result.status == Status.REJECTED and result.error.code == "FORBIDDEN"
@@ -184,17 +190,22 @@ def test_forged_results_and_kips_rejection_of_a_reused_id_never_answer_the_victi
             forged = InferenceResult(request_id=rid, status=Status.OK, produced_at_ms=1,
                                      request_sha256="0" * 64, timings=Timings(total_ms=1))
             await victim.publish_raw(topic, encode(forged), key=rid.encode())
-            await victim.publish_raw(   # kip rejects it onto the victim's topic, under its id
-                victim.names.requests("standard"),
-                orjson.dumps({"request_id": rid, "reply_to": topic}), key=b"acme")
-            seen = await _outputs(stack, rid, results=2)
+            junk = await victim.publish_raw(   # no envelope: kip answers it on the shared
+                victim.names.requests("standard"),   # topic, under its coordinates
+                orjson.dumps({"request_id": rid, "reply_to": topic}), key=b"acme",
+                headers=_id_header(rid))
+            seen = await _outputs(stack, rid, results=1)
+            coordinates = f"undecodable.{junk.topic}.{junk.partition}.{junk.offset}"
+            rejected = await _outputs(stack, coordinates, results=1)
             refused_before = victim.refused
             await victim.publish_raw(victim.names.requests("standard"), encode(request),
-                                     key=b"acme")
-            return seen, refused_before, await asyncio.wait_for(answer, 30)
-    seen, refused, result = asyncio.run(go())
-    assert sorted(r.status for r in seen["results"]) == [Status.OK, Status.REJECTED]
-    assert refused == 2 and result.status == Status.OK and result.outputs
+                                     key=b"acme", headers=headers(request), sealed=True)
+            return seen, rejected, refused_before, await asyncio.wait_for(answer, 30)
+    seen, rejected, refused, result = asyncio.run(go())
+    assert [r.status for r in seen["results"]] == [Status.OK]   # the forgery alone
+    [unsigned] = rejected["results"]
+    assert unsigned.error.code == "UNAUTHENTICATED" and unsigned.tenant is None
+    assert refused == 1 and result.status == Status.OK and result.outputs
 
 
 def _label_values(url: str, metric: str, label: str) -> set[str]:
@@ -254,10 +265,53 @@ async def _signed_request(stack) -> tuple[str, bytes]:
 async def _send_and_wait(stack, body: bytes, request_id: str):
     async with client_for(stack) as kip:
         answer = kip.expect(request_id, body)
-        await kip.publish_raw(kip.names.requests("standard"), body, key=b"acme")
+        await kip.publish_raw(kip.names.requests("standard"), body, key=b"acme",
+                              headers=_id_header(request_id), sealed=True)
         return await asyncio.wait_for(answer, 30)
 
 
 async def _send_copy(stack, body: bytes) -> None:
+    """A copy of the record, its envelope too (as anyone who can read it can make)."""
     async with client_for(stack) as kip:
-        await kip.publish_raw(kip.names.requests("standard"), body, key=b"acme")
+        await kip.publish_raw(kip.names.requests("standard"), body, key=b"acme",
+                              headers=_id_header(orjson.loads(body)["request_id"]),
+                              sealed=True)
+
+
+def _id_header(request_id: str) -> list:
+    return [("kip-request-id", request_id.encode())]
+
+
+def test_a_work_item_copied_back_six_times_is_not_run_again(plain_stack):
+    """On a plain bus anyone may copy a work item the pipeline wrote: six copies on its
+    partition and one elsewhere get no inference, no result and no final audit record;
+    each a refusal (a non-final record) and a dead letter."""
+    stack = plain_stack
+
+    async def go():
+        async with client_for(stack) as kip:
+            result = await kip.infer("digits", PIXELS, priority="interactive")
+        topic = stack.names.work("digits", "interactive")
+        [original] = [r for r in await read_topic(stack.kafka, topic)
+                      if r.key == result.request_id.encode()]
+        for _ in range(6):
+            await publish_as(stack, "pipeline", topic, original.value, key=original.key,
+                             headers=list(original.headers), partition=original.partition)
+        elsewhere = (original.partition + 1) % 3
+        await publish_as(stack, "pipeline", topic, original.value, key=original.key,
+                         partition=elsewhere)
+        for _ in range(30):
+            seen = await outputs_of(stack, result.request_id, settle_s=1)
+            if sum(a.decision == "refused" for a in seen["audit"]) >= 7:
+                break
+        return result, seen
+    result, seen = asyncio.run(go())
+    assert result.status == Status.OK
+    assert [r.status for r in seen["results"]] == [Status.OK]
+    assert [(a.stage, a.decision) for a in seen["audit"] if a.final] == [("worker", "ok")]
+    refused = [a for a in seen["audit"] if a.decision == "refused"]
+    assert len(refused) == 7 and not any(a.final for a in refused)
+    assert sorted(a.error_code for a in refused) == ["DUPLICATE_REQUEST"] * 6 + \
+        ["INVALID_REQUEST"]
+    assert len(seen["deadletter"]) == 7
+    _still_serving(stack)

@@ -22,11 +22,12 @@ from topics.outputs import Sealing
 
 pytestmark = pytest.mark.broker
 REQUEST = b'{"request_id": "r-1", "tenant": "acme", "schema_version": 2}'
+ENVELOPE = "acme-k1:" + "a" * 64
 
 
 async def _letters(broker, names: TopicNames) -> None:
     """Five letters: 0 replayable; 1 payload not kept; 2 from a work topic; 3 cut at
-    64 KiB; 4 naming no tenant."""
+    64 KiB; 4 with no envelope (no tenant vouched for it)."""
     await apply(broker.kafka, catalogue(names, ["digits"], partitions=1, tenants=["acme"]))
     keep, drop = (Sealing(ResultSigningKey.generate().signer(), keep) for keep in (True, False))
     standard, work = names.requests("standard"), names.work("digits", "standard")
@@ -39,6 +40,8 @@ async def _letters(broker, names: TopicNames) -> None:
         for offset, (sealing, payload, origin) in enumerate(letters):
             letter = dead_letter(payload, origin, 0, offset, InvalidRequest("schema_version 2"),
                                  now_ms=1)
+            if offset < 4:   # the pipeline's: its sender's envelope checked
+                letter = letter.model_copy(update={"tenant": "acme", "envelope": ENVELOPE})
             await producer.send_and_wait(names.deadletter, encode(sealing.kept(letter)),
                                          key=origin.encode())
     finally:
@@ -66,10 +69,12 @@ def test_list_show_and_a_replay_that_happens_once(broker, prefix, monkeypatch, c
         assert ("replayed: to " in lines[0]) == (attempt == 0)
         assert "not replayed: already replayed" in lines[0] or attempt == 0
         assert "not kept" in lines[1] and "answer its request twice" in lines[2]
-        assert "cut to the first 64 KiB" in lines[3] and "names no tenant" in lines[4]
+        assert "cut to the first 64 KiB" in lines[3] and "no tenant vouched" in lines[4]
 
     sent = asyncio.run(read_topic(broker.kafka, names.requests("standard")))
     assert [(r.key, r.value) for r in sent] == [(b"acme", REQUEST)]   # once, keyed by tenant
+    assert dict(sent[0].headers) == {"kip-request-id": b"r-1",
+                                     "kip-envelope": ENVELOPE.encode()}   # as it was sent
     assert main(["deadletter", "show", "0"]) == 0
     assert json.loads(capsys.readouterr().out)["replayed"]["request_id"] == "r-1"
     assert main(["deadletter", "replay", "99"]) == 1

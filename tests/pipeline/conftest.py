@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kip.client import KipClient
 from models.registry import Registry
 from pipeline.access import AccessConfig, ApiKey, TenantPolicy
-from pipeline.decide import Context
+from pipeline.decide import decide
+from pipeline.decisions import Context, Decision, Origin
 from pipeline.routing import Router
+from schemas.codec import REQUEST_ID_HEADER
+from schemas.deadletter import hints
+from schemas.envelopes import envelope
+from schemas.result_signatures import request_sha256
 from topics.catalogue import catalogue
 from topics.names import TopicNames
 
@@ -51,3 +58,23 @@ def signer(tenant: str = "acme", key_id: str = "acme-k1", secret: str = "acme-se
            **kw) -> KipClient:
     """A client used only to build signed requests (never started)."""
     return KipClient("unused:0", tenant=tenant, key_id=key_id, secret=secret, **kw)
+
+
+KEYS = {"acme": ("acme-k1", "acme-secret"), "limited": ("lim-k1", "lim-secret")}
+
+
+def sealed(payload: bytes, origin: Origin) -> Origin:
+    """``origin`` with the headers its tenant's client sends: ``kip-request-id`` (the one
+    given, else the payload's request id) and ``kip-envelope``, by the tenant its key
+    names (schemas/envelopes.py)."""
+    tenant = (origin.key or b"").decode("utf-8", "replace")
+    key_id, secret = KEYS.get(tenant, KEYS["acme"])
+    rid = origin.header(REQUEST_ID_HEADER) or hints(payload).get("request_id") or "no-id"
+    kept = tuple(h for h in origin.headers if h[0] != REQUEST_ID_HEADER)
+    return replace(origin, headers=(*kept, (REQUEST_ID_HEADER, rid.encode()), envelope(
+        secret.encode(), key_id, origin.topic, tenant, rid, request_sha256(payload))))
+
+
+def decide_sealed(payload: bytes, origin: Origin, ctx: Context) -> Decision:
+    """``decide`` of a message sent as its tenant's client sends it."""
+    return decide(payload, sealed(payload, origin), ctx)

@@ -6,12 +6,16 @@ import orjson
 import pytest
 
 from pipeline.access import TenantPolicy
-from pipeline.decide import Forward, Origin, Reject, decide
+from pipeline.decide import decide as decide_as_sent
+from pipeline.decisions import Forward, Origin, Reject
 from pipeline.quota import TenantQuota
 from schemas import InferenceRequest, Status, encode
 from schemas.messages import WorkerTelemetry
 from schemas.result_signatures import request_sha256
-from tests.pipeline.conftest import DIGITS_MANIFEST, NOW_MS, signer
+from tests.pipeline.conftest import DIGITS_MANIFEST, NOW_MS, decide_sealed, signer
+
+# each message as its tenant's client sends it (kip-envelope and kip-request-id)
+decide = decide_sealed
 
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
 
@@ -90,13 +94,47 @@ def test_replies_go_to_the_requested_results_topic_when_it_exists(ctx):
 
 def test_undecodable_bytes_become_a_result_audit_and_dead_letter(ctx):
     payload = b"\xff\x00 this is not json"
-    d = _rejected(decide(payload, _origin(offset=42), ctx), "INVALID_REQUEST")
-    assert d.result.request_id == "undecodable.kip.requests.standard.0.42"
-    assert d.reply_to == "kip.results"
+    origin = replace(_origin(offset=42), headers=(("kip-request-id", b"junk-42"),))
+    d = _rejected(decide(payload, origin, ctx), "INVALID_REQUEST")
+    assert d.result.request_id == "junk-42" and d.result.tenant == "acme"
+    assert d.reply_to == "kip.results"   # acme has no reply topic of its own here
     dead = d.deadletter
     assert (dead.origin_topic, dead.origin_partition, dead.origin_offset) == \
         ("kip.requests.standard", 0, 42)
     assert base64.b64decode(dead.payload_b64) == payload
+    assert dead.envelope and dead.envelope.startswith("acme-k1:")
+
+
+@pytest.mark.parametrize("headers", [
+    (), (("kip-request-id", b"r-1"),),
+    (("kip-request-id", b"r-1"), ("kip-envelope", b"acme-k1:" + b"0" * 64)),
+    (("kip-request-id", b"r-1"), ("kip-envelope", b"lim-k1:" + b"0" * 64))])
+def test_a_message_without_a_valid_envelope_is_no_tenants(ctx, headers):
+    """Answered on the shared results topic under its coordinates, with no tenant: what
+    it claims (its key, its id, a reply_to) reaches no tenant and is recorded under none."""
+    request = signer(reply_to="kip.results.acme").request("digits", PIXELS,
+                                                           issued_at_ms=NOW_MS)
+    d = _rejected(decide_as_sent(_payload(request), replace(_origin(offset=5), headers=headers),
+                                 ctx), "UNAUTHENTICATED")
+    assert d.reply_to == "kip.results" and d.result.tenant is None
+    assert d.result.request_id == d.audit.request_id == "undecodable.kip.requests.standard.0.5"
+    assert d.audit.tenant is None and d.deadletter is None
+    assert "envelope" in d.result.error.message
+
+
+def test_unsigned_messages_past_their_keys_allowance_are_shed(ctx):
+    ctx = replace(ctx, policy=ctx.policy.model_copy(
+        update={"unsigned_per_s": 1.0, "unsigned_burst": 3.0}))
+    decided = [decide_as_sent(b"junk", _origin(offset=n), ctx) for n in range(5)]
+    assert [type(d).__name__ for d in decided] == ["Reject"] * 3 + ["Shed"] * 2
+    assert decided[-1].key == "acme" and decided[-1].outputs(ctx.names) == []
+    other = decide_as_sent(b"junk", _origin(tenant="limited"), ctx)   # its own allowance
+    assert isinstance(other, Reject)
+    sealed = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
+    assert isinstance(decide(_payload(sealed), _origin(), ctx), Forward)   # never shed
+    strangers = [decide_as_sent(b"junk", Origin("kip.requests.standard", 0, n, key=k), ctx)
+                 for n, k in enumerate([b"x1", b"x2", b"x3", b"x4", None])]
+    assert [type(d).__name__ for d in strangers] == ["Reject"] * 3 + ["Shed"] * 2
 
 
 def test_an_invalid_request_keeps_its_id_for_correlation(ctx):
@@ -105,7 +143,7 @@ def test_an_invalid_request_keeps_its_id_for_correlation(ctx):
     ctx = replace(ctx, topics=ctx.topics | {"kip.results.mine"})
     d = _rejected(decide(payload, _origin(), ctx), "INVALID_REQUEST")
     assert d.result.request_id == "r-77" and d.deadletter.request_id == "r-77"
-    assert d.reply_to == "kip.results.mine" and d.audit.tenant == "acme"
+    assert d.reply_to == "kip.results" and d.audit.tenant == "acme"   # not acme's: unused
     assert "Field required" in d.result.error.message and "more" in d.result.error.message
 
 
@@ -130,7 +168,7 @@ def test_a_per_model_payload_limit_applies_before_parsing(ctx, small_registry, t
     manifest = DIGITS_MANIFEST | {"name": "tiny", "max_payload_bytes": 100}
     mv = small_registry.publish(artifact, manifest, {})
     small_registry.set_alias("tiny", f"tiny@{mv.manifest.version}")
-    origin = Origin("kip.requests.batch", 0, 1, headers=(("kip-model", b"tiny"),))
+    origin = Origin("kip.requests.batch", 0, 1, key=b"acme", headers=(("kip-model", b"tiny"),))
     _rejected(decide(b"x" * 101, origin, ctx), "PAYLOAD_TOO_LARGE")
 
 
@@ -237,7 +275,53 @@ def test_a_record_its_compressed_batch_left_unread_is_refused_by_its_headers(
         ctx, why, code, words):
     origin = replace(_origin("interactive"), headers=(("kip-request-id", b"r-9"),
                                                       ("kip-unread", why.encode())))
-    d = _rejected(decide(b"", origin, ctx), code)
-    assert d.result.request_id == "r-9" and words in d.result.error.message
+    d = _rejected(decide_as_sent(b"", origin, ctx), code)
+    assert words in d.result.error.message
     assert d.result.request_sha256 is None   # its bytes were never all seen
-    assert d.reply_to == "kip.results.acme" or d.reply_to == "kip.results"
+    assert d.reply_to == "kip.results"   # nothing of it was authenticated
+    assert d.result.request_id == "undecodable.kip.requests.interactive.0.7"
+
+
+def test_a_tenants_quota_is_charged_before_its_message_is_parsed(ctx):
+    """A flood's excess costs a hash, an HMAC and a bucket: past the quota, not even
+    garbage is parsed, and its rejection goes to the sender's own topic."""
+    ctx.ledger.quotas["acme"] = TenantQuota(tenant="acme", requests_per_s=1, burst_requests=2)
+    ctx = replace(ctx, topics=ctx.topics | {"kip.results.acme"})
+    codes = [decide(b"not json at all", replace(_origin(offset=n), headers=(
+        ("kip-request-id", f"g-{n}".encode()),)), ctx).result.error.code for n in range(4)]
+    assert codes == ["INVALID_REQUEST", "INVALID_REQUEST", "QUOTA_EXCEEDED", "QUOTA_EXCEEDED"]
+    d = decide(b"not json", replace(_origin(offset=9), headers=(("kip-request-id", b"g-9"),)),
+               ctx)
+    assert d.reply_to == "kip.results.acme" and d.result.request_id == "g-9"
+    assert d.result.error.retry_after_ms > 0
+
+
+def test_a_tenant_sends_on_its_request_partition_only(ctx, access):
+    """The partition Kafka's default partitioner gives its key, or the one its policy
+    names: then its messages are one ordered queue, and a noisy tenant can have one of
+    its own."""
+    from topics.partitioning import key_partition
+    ctx = replace(ctx, partitions={"kip.requests.standard": 8})
+    home = key_partition(b"acme", list(range(8)))
+    for partition in range(8):
+        request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
+        d = decide(_payload(request), replace(_origin(), partition=partition), ctx)
+        if partition == home:
+            assert isinstance(d, Forward)
+        else:
+            assert d.result.error.code == "INVALID_REQUEST"
+            assert f"go to partition {home} of kip.requests.standard" in d.result.error.message
+    placed = access.model_copy(update={"tenants": access.tenants | {
+        "acme": TenantPolicy(models=["*"], request_partition=11)}})
+    request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
+    d = decide(_payload(request), replace(_origin(), partition=3), replace(ctx, access=placed))
+    assert isinstance(d, Forward)   # 11 of 8 partitions: the fourth (3)
+
+
+def test_a_shed_record_names_every_offset_it_shed():
+    from pipeline.intake import shed_record
+    audit = shed_record("kip.requests.interactive", 2, [(5, "acme"), (6, "acme"), (7, ""),
+                                                        (9, "acme")], NOW_MS)
+    assert audit.request_id == "shed.kip.requests.interactive.2.5" and audit.final
+    assert audit.reason.endswith("offsets 5-7,9") and "4 messages" in audit.reason
+    assert "(no tenant)" in audit.reason and audit.tenant is None

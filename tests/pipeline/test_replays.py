@@ -6,12 +6,12 @@ import numpy as np
 import orjson
 import pytest
 
-from pipeline.decide import Forward, Origin, Reject, decide
+from pipeline.decisions import Forward, Origin, Reject
 from pipeline.quota import TenantQuota
 from pipeline.replays import BUCKET_MS, SeenRequests, parse_admitted
 from schemas import encode
 from schemas.result_signatures import request_sha256
-from tests.pipeline.conftest import NOW_MS, signer
+from tests.pipeline.conftest import NOW_MS, decide_sealed as decide, signer
 
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
 ORIGIN = Origin("kip.requests.standard", 0, 1, key=b"acme")
@@ -102,11 +102,18 @@ def test_an_unusable_admitted_record_is_refused(value):
         parse_admitted(value)
 
 
-def test_a_request_keyed_by_anything_but_its_tenant_is_invalid(ctx):
+def test_a_request_keyed_by_anything_but_its_tenant_is_refused(ctx):
+    """Keyed by another name, its envelope is not that tenant's: no tenant's message.
+    Keyed by its sender but naming another tenant in its body: invalid."""
     body = encode(signer().request("digits", PIXELS, issued_at_ms=NOW_MS))
     for key in (None, b"bob", b""):
         d = decide(body, Origin("kip.requests.standard", 0, 1, key=key), ctx)
-        assert isinstance(d, Reject) and d.result.error.code == "INVALID_REQUEST"
+        assert isinstance(d, Reject) and d.result.error.code == "UNAUTHENTICATED"
+        assert d.reply_to == "kip.results" and d.result.tenant is None
+    limited = encode(signer("limited", "lim-k1", "lim-secret").request(
+        "digits", PIXELS, issued_at_ms=NOW_MS))
+    d = decide(limited, Origin("kip.requests.standard", 0, 1, key=b"acme"), ctx)
+    assert d.result.error.code == "INVALID_REQUEST" and d.result.tenant == "acme"
 
 
 def test_another_tenants_reply_topic_is_forbidden_and_not_written_to(ctx):
@@ -117,6 +124,6 @@ def test_another_tenants_reply_topic_is_forbidden_and_not_written_to(ctx):
     assert d.result.error.code == "FORBIDDEN" and d.reply_to == "kip.results.acme"
     forged = signer(reply_to=bobs, secret="wrong").request("digits", PIXELS,
                                                            issued_at_ms=NOW_MS)
-    d = decide(encode(forged), ORIGIN, ctx)   # its sender must learn why: where it asked,
-    assert d.result.error.code == "UNAUTHENTICATED" and d.reply_to == bobs
+    d = decide(encode(forged), ORIGIN, ctx)   # its envelope is acme's: acme learns why
+    assert d.result.error.code == "UNAUTHENTICATED" and d.reply_to == "kip.results.acme"
     assert d.result.request_sha256 == request_sha256(encode(forged))   # its own digest

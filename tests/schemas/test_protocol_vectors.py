@@ -88,3 +88,12 @@ def test_the_documented_javascript_verifier_accepts_kips_results_and_nothing_els
                        "batch, another's path false", "batch, altered false",
                        "batch, signed alone false", "a key id with ':' true",
                        "a key id with ':', batch true", "an unknown key id false"]
+
+
+def test_envelope_vector():
+    from schemas.envelopes import envelope
+    value = b'{"request_id":"req-0001"}'
+    assert request_sha256(value) in DOC
+    _, header = envelope(b"example-secret", "acme-k1", "kip.requests.interactive", "acme",
+                         "req-0001", request_sha256(value))
+    assert header.decode() in DOC

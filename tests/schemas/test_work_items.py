@@ -24,7 +24,7 @@ def _spliced(payload: bytes, **fields) -> bytes:
     request = decode(InferenceRequest, payload)
     return encode_work_item(payload, request, ROUTE, **({
         "routed_at_ms": 5, "deadline_ms": 9, "reply_to": "kip.results.acme",
-        "request_sha256": "a" * 64, "keys": KEYS} | fields))
+        "request_sha256": "a" * 64, "work_partition": 2, "keys": KEYS} | fields))
 
 
 def test_a_spliced_item_is_the_stamped_item_a_worker_decodes():
@@ -32,8 +32,12 @@ def test_a_spliced_item_is_the_stamped_item_a_worker_decodes():
     item = decode(WorkItem, _spliced(payload))
     check_stamp(item, KEYS)
     built = stamped(WorkItem(request=_request(), route=ROUTE, routed_at_ms=5, deadline_ms=9,
-                             reply_to="kip.results.acme", request_sha256="a" * 64), KEYS)
+                             reply_to="kip.results.acme", request_sha256="a" * 64,
+                             work_partition=2), KEYS)
     assert item == built
+    moved = item.model_copy(update={"work_partition": 0})   # a copy told to run elsewhere
+    with pytest.raises(Unauthenticated, match="does not match"):
+        check_stamp(moved, KEYS)
 
 
 def test_the_request_travels_byte_for_byte_however_its_producer_spelled_it():
@@ -46,9 +50,11 @@ def test_the_request_travels_byte_for_byte_however_its_producer_spelled_it():
 
 
 def test_optional_fields_are_left_out_and_a_changed_byte_breaks_the_stamp():
-    raw = _spliced(encode(_request()), reply_to=None, request_sha256=None)
+    raw = _spliced(encode(_request()), reply_to=None, request_sha256=None,
+                   work_partition=None)
     item = decode(WorkItem, raw)
     assert item.reply_to is None and item.request_sha256 is None
+    assert item.work_partition is None
     check_stamp(item, KEYS)
     other = Tensor.from_array("pixels", np.ones((1, 64), np.float32)).raw
     tampered = raw.replace(_request().inputs[0].raw.encode(), other.encode())

@@ -22,7 +22,8 @@ def test_a_tenant_writes_only_its_classes_and_reads_only_its_own_replies():
     assert _grants(acls, "User:tenant-acme") == {
         ("WRITE", "TOPIC", "k.requests.batch"), ("DESCRIBE", "TOPIC", "k.requests.batch"),
         ("READ", "TOPIC", "k.results.acme"), ("DESCRIBE", "TOPIC", "k.results.acme"),
-        ("READ", "TOPIC", "k.results.acme.*"), ("DESCRIBE", "TOPIC", "k.results.acme.*")}
+        ("READ", "TOPIC", "k.results.acme.*"), ("DESCRIBE", "TOPIC", "k.results.acme.*"),
+        ("READ", "GROUP", "k.tenants.acme.*"), ("DESCRIBE", "GROUP", "k.tenants.acme.*")}
 
 
 def test_a_worker_reads_only_its_models_work_and_owns_its_transactional_ids():
@@ -30,7 +31,9 @@ def test_a_worker_reads_only_its_models_work_and_owns_its_transactional_ids():
     reads = {name for op, kind, name in grants if op == "READ"}
     assert reads == {"k.work.digits.interactive", "k.work.digits.standard",
                      "k.work.digits.batch", "k.workers.digits",
-                     "k.workers.digits.interactive", "k.releases"}
+                     "k.workers.digits.interactive", "k.releases",
+                     "k.answered.digits.interactive", "k.answered.digits.standard",
+                     "k.answered.digits.batch"}
     assert ("WRITE", "TRANSACTIONAL_ID", "k.workers.digits.*") in grants
     assert not any("minilm" in name for _, _, name in grants)
 

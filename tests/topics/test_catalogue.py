@@ -8,7 +8,8 @@ from topics.names import TopicNames
 def test_catalogue_names_every_topic_once_with_its_key():
     specs = catalogue(TopicNames("kip"), ["minilm", "digits"])
     names = [s.name for s in specs]
-    assert len(names) == len(set(names)) == 3 + 3 + 6 + 8   # requests, admitted, work, rest
+    assert len(names) == len(set(names)) == 3 + 3 + 6 + 6 + 8   # requests, admitted,
+    # work, answered, rest
     assert "kip.admitted.batch" in names
     assert "kip.requests.interactive" in names and "kip.work.digits.batch" in names
     assert {s.name: s.config["cleanup.policy"] for s in specs}["kip.control"] == "compact"

@@ -27,8 +27,10 @@ def test_an_ending_is_result_audit_and_dead_letter_each_keyed_for_its_reader():
                       stage="pipeline", status=Status.REJECTED, now_ms=5)
     assert end.reply_to == "t.results.mine"   # read off the payload, not yet trusted
     out = records(ending(NAMES, NAMES.results, end.result, end.audit, end.deadletter), SEALING)
+    anyones = b"undecodable.t.requests.batch.1.7"   # an id merely read off it is no one's
     assert [(r.topic, r.key) for r in out] == [
-        ("t.results", b"r-9"), ("t.audit", b"r-9"), ("t.deadletter", b"t.requests.batch")]
+        ("t.results", anyones), ("t.audit", anyones), ("t.deadletter", b"t.requests.batch")]
+    assert end.deadletter.request_id == "r-9"   # kept for the operator
     assert decode(InferenceResult, out[0].value).error.code == "INVALID_REQUEST"
     assert [dict(r.headers)[TYPE_HEADER] for r in out] == [
         b"inference-result", b"audit-record", b"dead-letter"]

@@ -85,10 +85,12 @@ def _item_bytes(manifest, tenant: str, inputs: list[dict], n: int,
     route = Route(alias="digits", model_name="digits", model_version=manifest.version,
                   artifact_sha256=digest or manifest.artifact_sha256)
     routed, deadline, reply_to = now_ms(), now_ms() + 60_000, NAMES.reply_topic(tenant)
-    lines = canonical_fields(_unchecked(request), route, routed, deadline, reply_to, "a" * 64)
+    lines = canonical_fields(_unchecked(request), route, routed, deadline, reply_to, "a" * 64,
+                             0)
     return orjson.dumps({"request": request, "route": route.model_dump(mode="json"),
                          "routed_at_ms": routed, "deadline_ms": deadline,
                          "reply_to": reply_to, "request_sha256": "a" * 64,
+                         "work_partition": 0,
                          "stamp": {"key_id": KEYS.current, "mac": stamp_mac(lines, KEYS)}})
 
 

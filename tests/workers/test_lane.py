@@ -12,7 +12,7 @@ from workers.lane import Lane
 def _lane() -> Lane:
     """A lane with nothing but its commits in flight (``settle`` reads nothing else)."""
     return Lane("interactive", "minilm", consumer=None, executor=None, preparer=None,
-                transactions=None, sealing=None, names=None)
+                transactions=None, sealing=None, names=None, answered=None)
 
 
 def test_settle_raises_what_a_finished_commit_raised():

@@ -37,7 +37,7 @@ def _work_item(registry, names: TopicNames, model: str = "digits",
     route = Route(alias=model, model_name=manifest.name, model_version=manifest.version,
                   artifact_sha256=manifest.artifact_sha256)
     return WorkItem(request=request, route=route, routed_at_ms=now_ms(),
-                    deadline_ms=request.deadline_ms)
+                    deadline_ms=request.deadline_ms, work_partition=0)
 
 
 def _slowed(run, seconds: float = INFERENCE_S):
@@ -70,8 +70,7 @@ def test_inference_longer_than_the_session_timeout_keeps_the_partitions(broker, 
             item = stamped(_work_item(registry, names), settings.stamp_keys())
             async with AIOKafkaProducer(bootstrap_servers=broker.bootstrap) as producer:
                 await producer.send_and_wait(names.work("digits", Priority.STANDARD),
-                                             encode(item), key=item.request.request_id.encode(),
-                                             headers=headers(item))
+                                             encode(item), partition=0, headers=headers(item))
             for _ in range(60):
                 results = await read_topic(broker.kafka, names.results)
                 if results:

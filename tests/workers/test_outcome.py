@@ -83,11 +83,15 @@ def test_a_defect_in_inference_is_internal_not_a_crash():
     assert "ZeroDivisionError" in outputs[2].message.reason
 
 
-def test_undecodable_work_item_keeps_the_request_id_it_can_read():
+def test_an_undecodable_work_item_ends_under_its_coordinates_not_the_id_it_claims():
+    """Nothing authenticated it: its result and final audit record go under its
+    coordinates, so that it cannot end a request it names; the dead letter keeps the id
+    read off it for the operator."""
     value = b'{"request": {"request_id": "r-1"}, "route": 1}'
     outputs = undecodable(_record(value), InvalidRequest("route: not an object"), NAMES)
     assert [o.topic for o in outputs] == ["t.results", "t.audit", "t.deadletter"]
-    assert {o.message.request_id for o in outputs} == {"r-1"}
+    coordinates = "undecodable.t.work.digits.standard.2.41"
+    assert [o.message.request_id for o in outputs] == [coordinates, coordinates, "r-1"]
     assert outputs[2].message.origin_offset == 41
 
 
