@@ -28,10 +28,8 @@ requests/s) held the event loop ~0.2 s, and every request of the process waited 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
-import orjson
 from aiokafka import TopicPartition
 
 from runtime import metrics
@@ -39,13 +37,13 @@ from schemas.errors import DuplicateRequest
 from schemas.messages import InferenceRequest
 from topics.clients import KafkaConnection
 from topics.outputs import Record
-from topics.reading import reached, reader_to_end, seek_to_time
+from topics.id_records import id_records, parse_id_record
+from topics.reading import partition_since
 
 log = logging.getLogger("kip.pipeline")
 Key = tuple[str, str]   # (tenant, request id)
 Seen = dict[Key, int]   # -> issued_at_ms
 BUCKET_MS = 2000
-MAX_IDS_PER_RECORD = 5000
 
 
 class SeenRequests:
@@ -91,11 +89,7 @@ class SeenRequests:
 
     def records(self, admitted_topic: str, tp: TopicPartition) -> list[Record]:
         """What ``tp``'s round admitted, as records for its transaction."""
-        entries = self.unwritten.pop(tp, [])
-        return [Record(admitted_topic, str(tp.partition).encode(),
-                       orjson.dumps({"ids": entries[i:i + MAX_IDS_PER_RECORD]}), [],
-                       tp.partition)
-                for i in range(0, len(entries), MAX_IDS_PER_RECORD)]
+        return id_records(admitted_topic, tp.partition, self.unwritten.pop(tp, []))
 
     def sweep(self, now_ms: int) -> None:
         """Forget the buckets of ids all issued before the window (their messages fail
@@ -114,44 +108,15 @@ class SeenRequests:
                         del seen[key]
 
 
-def parse_admitted(value: bytes | None) -> list:
-    """The ``[tenant, request id, issued_at_ms]`` entries of one admitted record; a record
-    that is not one raises ValueError."""
-    doc = orjson.loads(value or b"null")
-    entries = doc.get("ids") if isinstance(doc, dict) else None
-    if not isinstance(entries, list) or not all(_entry_ok(e) for e in entries):
-        raise ValueError("not an admitted-ids record")
-    return entries
-
-
-def _entry_ok(entry) -> bool:
-    return (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
-            and isinstance(entry[1], str) and isinstance(entry[2], int))
-
-
-async def read_admitted(kafka: KafkaConnection, topic: str, partition: int, since_ms: int,
-                        timeout_s: float = 60.0) -> list:
+async def read_admitted(kafka: KafkaConnection, topic: str, partition: int, since_ms: int
+                        ) -> list:
     """Every entry committed to ``topic``[``partition``] since ``since_ms`` (record time),
-    up to its end now."""
-    tp = TopicPartition(topic, partition)
-    consumer = reader_to_end(kafka)
-    await consumer.start()
-    try:
-        consumer.assign([tp])
-        ends = await seek_to_time(consumer, [tp], since_ms)
-        return await asyncio.wait_for(_read_to(consumer, tp, ends), timeout_s)
-    finally:
-        await consumer.stop()
+    up to its end now; an unusable record is skipped and counted."""
+    return await partition_since(kafka, topic, partition, since_ms, parse_id_record,
+                                 _skipped)
 
 
-async def _read_to(consumer, tp: TopicPartition, ends: dict) -> list:
-    entries: list = []
-    while not await reached(consumer, ends):
-        for record in (await consumer.getmany(tp, timeout_ms=500)).get(tp, []):
-            try:
-                entries += parse_admitted(record.value)
-            except ValueError:
-                metrics.UNUSABLE_RECORDS.labels(tp.topic).inc()
-                log.warning("skipped an unusable record at %s[%d]@%d", tp.topic,
-                            tp.partition, record.offset)
-    return entries
+def _skipped(record) -> None:
+    metrics.UNUSABLE_RECORDS.labels(record.topic).inc()
+    log.warning("skipped an unusable record at %s[%d]@%d", record.topic, record.partition,
+                record.offset)

@@ -7,7 +7,8 @@ time) and the tests (everything committed so far).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
@@ -87,3 +88,34 @@ async def records_since(kafka: KafkaConnection, topic: str, since_ms: int,
                         yield record
     finally:
         await consumer.stop()
+
+
+async def partition_since(kafka: KafkaConnection, topic: str, partition: int, since_ms: int,
+                          parse: Callable[[bytes | None], list],
+                          unusable: Callable[[ConsumerRecord], None],
+                          timeout_s: float = 60.0) -> list:
+    """What ``parse`` makes of each record committed to ``topic``[``partition``] since
+    ``since_ms`` (record time), up to its end now, joined; a record it raises
+    ``ValueError`` on goes to ``unusable`` instead (kip's admitted and answered ids)."""
+    tp = TopicPartition(topic, partition)
+    consumer = reader_to_end(kafka)
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        ends = await seek_to_time(consumer, [tp], since_ms)
+        return await asyncio.wait_for(_parsed_to(consumer, tp, ends, parse, unusable),
+                                      timeout_s)
+    finally:
+        await consumer.stop()
+
+
+async def _parsed_to(consumer: AIOKafkaConsumer, tp: TopicPartition, ends: dict,
+                     parse, unusable) -> list:
+    entries: list = []
+    while not await reached(consumer, ends):
+        for record in (await consumer.getmany(tp, timeout_ms=500)).get(tp, []):
+            try:
+                entries += parse(record.value)
+            except ValueError:
+                unusable(record)
+    return entries

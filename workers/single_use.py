@@ -30,7 +30,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-import orjson
 from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
@@ -40,12 +39,12 @@ from schemas.messages import WorkItem
 from topics.clients import KafkaConnection
 from topics.names import TopicNames
 from topics.outputs import Record
-from topics.reading import reached, reader_to_end, seek_to_time
+from topics.id_records import id_records, parse_id_record
+from topics.reading import partition_since, reader_to_end
 
 log = logging.getLogger("kip.worker")
 LOG_APPEND_TIME = 1   # a record's timestamp type: the broker's append time
 TRANSIT_MS = 5 * 60 * 1000
-MAX_IDS_PER_RECORD = 5000
 Key = tuple[str, str]   # (tenant, request id)
 
 
@@ -94,12 +93,8 @@ class Answered:
 
     def records(self, tp: TopicPartition, model: str, priority: str) -> list[Record]:
         """What ``tp``'s batch answered, as records for its transaction."""
-        entries = self.unwritten.pop(tp, [])
-        topic = self.names.answered(model, priority)
-        return [Record(topic, str(tp.partition).encode(),
-                       orjson.dumps({"ids": entries[i:i + MAX_IDS_PER_RECORD]}), [],
-                       tp.partition)
-                for i in range(0, len(entries), MAX_IDS_PER_RECORD)]
+        return id_records(self.names.answered(model, priority), tp.partition,
+                          self.unwritten.pop(tp, []))
 
     def drop(self, tp: TopicPartition) -> None:
         """Forget a partition this worker no longer owns."""
@@ -167,35 +162,10 @@ async def appended_at(kafka: KafkaConnection, tp: TopicPartition, offset: int) -
         await consumer.stop()
 
 
-async def read_answered(kafka: KafkaConnection, topic: str, partition: int, since_ms: int,
-                        timeout_s: float = 60.0) -> list:
+async def read_answered(kafka: KafkaConnection, topic: str, partition: int, since_ms: int
+                        ) -> list:
     """Every ``[tenant, request id, routed_at_ms]`` committed to ``topic``[``partition``]
     since ``since_ms`` (record time), up to its end now; a record that is not one is
-    skipped."""
-    tp = TopicPartition(topic, partition)
-    consumer = reader_to_end(kafka)
-    await consumer.start()
-    try:
-        consumer.assign([tp])
-        ends = await seek_to_time(consumer, [tp], since_ms)
-        return await asyncio.wait_for(_read_to(consumer, tp, ends), timeout_s)
-    finally:
-        await consumer.stop()
-
-
-async def _read_to(consumer, tp: TopicPartition, ends: dict) -> list:
-    entries: list = []
-    while not await reached(consumer, ends):
-        for record in (await consumer.getmany(tp, timeout_ms=500)).get(tp, []):
-            entries += _entries(record.value)
-    return entries
-
-
-def _entries(value: bytes | None) -> list:
-    try:
-        doc = orjson.loads(value or b"null")
-    except orjson.JSONDecodeError:
-        return []
-    found = doc.get("ids") if isinstance(doc, dict) else None
-    return [e for e in found or [] if isinstance(e, list) and len(e) == 3
-            and isinstance(e[0], str) and isinstance(e[1], str) and isinstance(e[2], int)]
+    skipped (only this model's workers write the topic)."""
+    return await partition_since(kafka, topic, partition, since_ms, parse_id_record,
+                                 lambda record: None)

@@ -140,6 +140,17 @@ async def _compressed(stack, codec: str, value: bytes, request_id: str):
         await producer.stop()
 
 
+async def _unread_outputs(stack, meta) -> dict:
+    """The outputs of a record nothing of which was read, its envelope and id header
+    included: no tenant's, under its coordinates (docs/protocol.md)."""
+    coordinates = f"undecodable.{meta.topic}.{meta.partition}.{meta.offset}"
+    for _ in range(60):
+        seen = await outputs_of(stack, coordinates, settle_s=1)
+        if seen["results"]:
+            break
+    return seen
+
+
 def test_a_256_mib_gzip_request_is_refused_without_inflating_it(plain_stack):
     """~256 KB on the wire, 256 MiB inflated: PAYLOAD_TOO_LARGE, and the pipeline's peak
     RSS stays within 64 MiB of where it was."""
@@ -150,14 +161,8 @@ def test_a_256_mib_gzip_request_is_refused_without_inflating_it(plain_stack):
     exact = _peak_reset(pipeline)
 
     async def go():
-        meta = await _compressed(stack, "gzip", value, "bomb-256")
-        # nothing of it was read, its envelope included: no tenant's, under its coordinates
-        fallback = f"undecodable.{meta.topic}.{meta.partition}.{meta.offset}"
-        for _ in range(60):
-            seen = await outputs_of(stack, fallback, settle_s=1)
-            if seen["results"]:
-                return seen
-        return seen
+        return await _unread_outputs(stack, await _compressed(stack, "gzip", value,
+                                                              "bomb-256"))
     seen = asyncio.run(go())
     [result] = seen["results"]
     assert result.status == Status.REJECTED and result.error.code == "PAYLOAD_TOO_LARGE"
@@ -178,16 +183,8 @@ def test_a_request_in_a_codec_kip_cannot_bound_is_refused_and_the_pipeline_serve
         async with client_for(stack) as kip:
             request = kip.request("digits", {"pixels": np.zeros((1, 64), np.float32)},
                                   priority="interactive")
-        meta = await _compressed(stack, codec, encode(request) + b" " * 4096,
-                                 request.request_id)
-        # nothing of the record can be read, its id header included: its result goes
-        # under the id its coordinates give (docs/protocol.md)
-        fallback = f"undecodable.{meta.topic}.{meta.partition}.{meta.offset}"
-        for _ in range(30):
-            seen = await outputs_of(stack, fallback, settle_s=1)
-            if seen["results"]:
-                return seen
-        return seen
+        return await _unread_outputs(stack, await _compressed(
+            stack, codec, encode(request) + b" " * 4096, request.request_id))
     [result] = asyncio.run(go())["results"]
     assert result.error.code == "INVALID_REQUEST"
     assert f"compression codec {codec} is not accepted" in result.error.message

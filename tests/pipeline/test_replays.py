@@ -8,7 +8,8 @@ import pytest
 
 from pipeline.decisions import Forward, Origin, Reject
 from pipeline.quota import TenantQuota
-from pipeline.replays import BUCKET_MS, SeenRequests, parse_admitted
+from pipeline.replays import BUCKET_MS, SeenRequests
+from topics.id_records import parse_id_record as parse_admitted
 from schemas import encode
 from schemas.result_signatures import request_sha256
 from tests.pipeline.conftest import NOW_MS, decide_sealed as decide, signer
