@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from devkit.arguments import above_zero, count
-from devkit.bursts import INPUTS, start_interactive
+from devkit.bursts import INPUTS
 from devkit.stack import BUSES, ClientSpec, DevStack, own_stack, tenant_spec
 from kip.tenants import set_quota
 from pipeline.access import AccessConfig, ApiKey, BrokerQuota, TenantPolicy
@@ -106,17 +106,65 @@ async def measure(args) -> dict:
         stack.start_services(log=_quiet)
         victim = tenant_spec(stack, VICTIM[1])
         async with victim.client() as kip:
-            interactive, ticker = await start_interactive(kip, args.victim_rate, "digits",
-                                                          INPUTS["digits"])
+            await kip.infer("digits", INPUTS["digits"], timeout_s=120)   # every stage warm
+            sender = Victim(kip, args.victim_rate)
+            ticker = asyncio.create_task(sender.run())
             await asyncio.sleep(args.seconds)
-            interactive.mark("flood")
             since_ms = int(time.time() * 1000)
             flood = await flood_from_child(tenant_spec(stack, FLOODER[1]), args,
                                            _partition_of(VICTIM[0], stack))
             ticker.cancel()
-            await interactive.drain()
+            await sender.drain()
         shed = await _shed_since(stack, since_ms)
-    return _report(args, interactive, flood, shed)
+    return _report(args, sender, flood, shed)
+
+
+class Victim:
+    """Interactive requests at a steady rate: when each was sent (Unix s), its latency
+    (ms) or how it ended otherwise."""
+
+    def __init__(self, kip, rate: float) -> None:
+        self.kip, self.rate = kip, rate
+        self.samples: list[tuple[float, float | None, str | None]] = []
+        self.stages: dict[float, dict] = {}   # sent -> its result's timings
+        self.tasks: set[asyncio.Task] = set()
+
+    async def run(self) -> None:
+        while True:
+            task = asyncio.create_task(self._one())
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+            await asyncio.sleep(1 / self.rate)
+
+    async def drain(self) -> None:
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def _one(self) -> None:
+        sent = time.time()
+        try:
+            result = await self.kip.infer("digits", INPUTS["digits"], priority="interactive",
+                                          timeout_s=30)
+        except (TimeoutError, ConnectionError) as err:
+            self.samples.append((sent, None, type(err).__name__))
+            return
+        ending = None if result.status == "ok" else (
+            result.error.code if result.error else result.status.value)
+        self.samples.append((sent, (time.time() - sent) * 1000, ending))
+        self.stages[sent] = result.timings.model_dump(exclude_none=True)
+
+    def slowest(self, start_s: float, end_s: float, count: int = 3) -> list[dict]:
+        """The ``count`` slowest requests sent between two instants, with their stages."""
+        inside = sorted((ms, sent) for sent, ms, ending in self.samples
+                        if start_s <= sent < end_s and ms is not None)[-count:]
+        return [{"ms": round(ms, 1)} | {k: round(v, 1) for k, v in self.stages[sent].items()
+                                         if k.endswith("_ms") and k != "inference_started_at_ms"}
+                for ms, sent in reversed(inside)]
+
+    def between(self, start_s: float, end_s: float) -> tuple[list[float], Counter]:
+        """Latencies of the requests sent between two instants, and the other endings."""
+        inside = [(ms, ending) for sent, ms, ending in self.samples if start_s <= sent < end_s]
+        return ([ms for ms, ending in inside if ending is None],
+                Counter(ending for _, ending in inside if ending is not None))
 
 
 def _partition_of(tenant: str, stack: DevStack) -> int:
@@ -151,7 +199,7 @@ async def flood(spec: ClientSpec, seconds: float, junk_bytes: int, victim_partit
     pending: list[asyncio.Future] = []
     unsigned = sent_bytes = 0
     async with spec.client() as kip:
-        topic, started = kip.names.requests("interactive"), time.monotonic()
+        topic, started, began_at = kip.names.requests("interactive"), time.monotonic(), time.time()
         while time.monotonic() - started < seconds:
             request = kip.request("digits", INPUTS["digits"], priority="interactive")
             pending.append(await kip.submit(request))
@@ -164,6 +212,7 @@ async def flood(spec: ClientSpec, seconds: float, junk_bytes: int, victim_partit
         done, _ = await asyncio.wait(pending, timeout=30)
     endings = Counter(_ending(f) for f in done)
     return {"signed": len(pending), "unsigned": unsigned, "seconds": elapsed,
+            "from_s": began_at, "to_s": began_at + elapsed,
             "bytes_per_s": sent_bytes / elapsed, "signed_endings": dict(endings),
             "signed_unanswered": len(pending) - len(done)}
 
@@ -186,21 +235,24 @@ async def _shed_since(stack: DevStack, since_ms: int) -> int:
     return shed
 
 
-def _report(args, interactive, flood: dict, shed: int) -> dict:
-    alone, flooded = interactive.latencies["steady"], interactive.latencies["flood"]
+def _report(args, victim: Victim, flood: dict, shed: int) -> dict:
+    """The victim alone (before the flood) and flooded (while the flooder sent)."""
+    alone, failed_alone = victim.between(0, flood["from_s"])
+    flooded, failed = victim.between(flood["from_s"], flood["to_s"])
     p99_alone, p99_flooded = _pct(alone, 99), _pct(flooded, 99)
     ratio = p99_flooded / p99_alone if p99_alone else float("inf")
     quota_ok = flood["signed_endings"].get("ok", 0)
     allowed = args.flood_quota * (flood["seconds"] + 30) + args.flood_quota
-    passed = (ratio <= args.max_ratio and interactive.failed == 0
-              and quota_ok <= allowed and bool(flooded))
+    lost = sum(failed.values()) + sum(failed_alone.values())
+    passed = ratio <= args.max_ratio and lost == 0 and quota_ok <= allowed and bool(flooded)
     return {"bus": args.bus, "same_partition": args.same_partition,
             "victim": {"alone": {"requests": len(alone), "p50_ms": _pct(alone, 50),
                                  "p99_ms": p99_alone},
                        "flooded": {"requests": len(flooded), "p50_ms": _pct(flooded, 50),
                                    "p99_ms": p99_flooded},
-                       "p99_ratio": ratio, "failed": interactive.failed,
-                       "failures": dict(interactive.failures)},
+                       "p99_ratio": ratio, "failed": lost,
+                       "slowest_flooded": victim.slowest(flood["from_s"], flood["to_s"]),
+                       "failures": dict(failed + failed_alone)},
             "flood": flood | {"unsigned_shed": shed,
                               "unsigned_answered": flood["unsigned"] - shed},
             "passed": passed}

@@ -43,10 +43,10 @@ class AdmissionPolicy(BaseModel):
     classes: dict[Priority, ClassPolicy] = Field(default_factory=lambda: dict(DEFAULT_CLASSES))
     max_tensor_elements: int = Field(4_000_000, gt=0, description="per tensor in a request")
     unsigned_per_s: float = Field(
-        100.0, gt=0, description="messages a second, per Kafka key, that fail their "
-        "envelope and are still answered (on the shared results topic); the rest are shed "
-        "(pipeline/intake.py)")
-    unsigned_burst: float = Field(1000.0, gt=0, description="the burst of unsigned_per_s")
+        10.0, gt=0, description="messages a second, per Kafka key, that fail their "
+        "envelope and are still answered (on the shared results topic, enough for a "
+        "sender to learn why); the rest are shed (pipeline/intake.py)")
+    unsigned_burst: float = Field(100.0, gt=0, description="the burst of unsigned_per_s")
     deadline_headroom: float = Field(
         0.4, gt=0, le=1, description="admit only if the estimated wait fits in this share "
         "of the time left to the deadline: the rest absorbs estimate error and inference "

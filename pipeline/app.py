@@ -41,7 +41,7 @@ from pipeline.health import rollbacks
 from schemas.releases import Releases
 from pipeline.decide import decide
 from pipeline.decisions import Context, Decision, Origin, Shed
-from pipeline.intake import UnsignedAllowance, shed_record
+from pipeline.intake import Screen, UnsignedAllowance, shed_record
 from pipeline.refusals import undecodable
 from pipeline.drain import LeanDrain
 from pipeline.one_loop import OnTheLoop
@@ -89,6 +89,7 @@ class PipelineState:
         self.sealing = settings.sealing()
         self.seen = SeenRequests(settings.replay_window_ms)
         self.allowance = UnsignedAllowance()
+        self.screen = Screen(self.access, settings.admission, self.allowance)
         self.large_messages = allocator.LargeMessages()
         self.known_topics = KnownTopics(settings.kafka)   # each agent's, shared()
         self.claims = Claims(settings.kafka, self.seen,
@@ -156,10 +157,6 @@ def _record_limits(settings: PipelineSettings):
     limits = {settings.names.requests(p): settings.admission.of(p).max_payload_bytes
               for p in Priority}
     return lambda topic: limits.get(topic, MAX_MESSAGE_BYTES)
-
-
-def _class_of_topic(tp: TopicPartition, settings: PipelineSettings) -> str:
-    return _class_of(tp, settings).value
 
 
 def _class_of(tp: TopicPartition, settings: PipelineSettings) -> Priority:
@@ -263,6 +260,7 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
             chaining=state.sealing.chaining(settings.names.audit),
             keep_begun=priority == Priority.INTERACTIVE)
         placement = WorkPlacement.of_class(priority)
+        app.consumer.screen = state.screen   # sheds before the stream: pipeline/drain.py
         _follow_assignment(app, state, transactions, topic)
         log.info("agent waits for the control and telemetry views")
         await state.ready()
@@ -355,21 +353,22 @@ async def publish(transactions: PartitionTransactions, state: PipelineState, eve
         next(iter(entries.values()))[-1][0].outputs.extend(extra)
     done = await transactions.commit_each({tp: [e for e, _ in pairs]
                                            for tp, pairs in entries.items()})
-    committed = [d for pairs, ok in zip(entries.values(), done) if ok for _, d in pairs]
     metrics.count_outcomes("pipeline", [
         (d.audit, d.audit.model_name or state.router.known(d.audit.model))
-        for d in committed if not isinstance(d, Shed)])
-    shed = [d for d in committed if isinstance(d, Shed)]
-    if shed:
-        metrics.SHED.labels(_class_of_topic(next(iter(entries)), state.settings)).inc(len(shed))
+        for pairs, ok in zip(entries.values(), done) if ok for _, d in pairs
+        if not isinstance(d, Shed)])
 
 
 def _shed_record(tp: TopicPartition, pairs: list, state: PipelineState) -> list[Record]:
-    """The audit record of the messages of ``tp`` this round shed, if any."""
-    shed = [(entry.offset, d.key) for entry, d in pairs if isinstance(d, Shed)]
-    if not shed:
+    """The audit record of what ``tp`` shed since its last (in the drain or in this
+    round), if anything."""
+    for entry, d in pairs:
+        if isinstance(d, Shed):
+            state.screen.note_shed(tp.topic, tp.partition, entry.offset, d.key)
+    tally = state.screen.take_shed(tp.topic, tp.partition)
+    if tally is None:
         return []
-    audit = shed_record(tp.topic, tp.partition, shed, now_ms())
+    audit = shed_record(tp.topic, tp.partition, tally, now_ms())
     return signed_records([[Output(state.settings.names.audit, audit)]], state.sealing)[0]
 
 

@@ -16,6 +16,10 @@ the fetch's deliveries are abandoned when it fires first. A halt that comes whil
 delivery runs stops the messages after it too, as faust's fetch iterator does once the
 flow is inactive. The fetch itself is not raced, as in faust: while the flow is
 suspended, faust's ``getmany`` waits for it to resume.
+
+A message the pipeline's screen sheds (no tenant's, past its key's allowance:
+pipeline/intake.py) is passed over here, its read offset kept, never delivered: faust's
+per-event machinery costs more than everything the screen does.
 """
 
 from __future__ import annotations
@@ -25,14 +29,19 @@ import asyncio
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.types import TP, Message
 
+from pipeline.intake import Screen
+from schemas.codec import now_ms
+
 FETCH_TIMEOUT_S = 1.0   # as faust's drain asks
 YIELD_EVERY = 100   # messages delivered between passes of the loop, as faust's drain
 
 
 class LeanDrain:
-    """A mixin for a faust ``Consumer`` (before it in the bases)."""
+    """A mixin for a faust ``Consumer`` (before it in the bases). ``screen``, where set:
+    a message it does not keep is not delivered (pipeline/intake.py ``Screen``)."""
 
     _halt: asyncio.Future | None = None
+    screen: Screen | None = None
 
     async def _drain_messages(self, fetcher) -> None:
         should_stop = lambda: self._stopped.is_set() or fetcher._stopped.is_set()
@@ -100,5 +109,10 @@ class LeanDrain:
             if self._commit_every is not None and self._n_acked >= self._commit_every:
                 self._n_acked = 0
                 await self.commit()
-            await self.callback(message)
+            if self.screen is None or self._screened(tp, message):
+                await self.callback(message)
             self._read_offset[tp] = offset
+
+    def _screened(self, tp: TP, message: Message) -> bool:
+        return self.screen.keep(tp.topic, tp.partition, message.offset, message.key,
+                                message.value, message.headers, now_ms())

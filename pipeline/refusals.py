@@ -36,7 +36,7 @@ def unsigned(payload: bytes, origin: Origin, digest: str, unread: str | None,
     (``unread``: why its compressed batch left it unread), else shed."""
     key = allowance_key(origin.key, ctx.access)
     if not ctx.allowance.take(key, ctx.policy.unsigned_per_s, ctx.policy.unsigned_burst,
-                              ctx.now_ms):
+                              ctx.now_ms, at=(origin.topic, origin.partition, origin.offset)):
         return Shed(key)
     if unread is not None:
         return unparsed(origin, unread_error(unread, origin, ctx), ctx, None, 0)

@@ -4,6 +4,7 @@ and its rounds' decisions."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from types import SimpleNamespace
 
 from pipeline.app import (DECIDE_SLICE, FetchWaitConsumerThread, TransactionalConsumer,
@@ -40,6 +41,7 @@ def _event(offset: int) -> SimpleNamespace:
 
 def test_a_long_round_gives_the_event_loop_a_turn_after_each_slice(ctx):
     events = [_event(i) for i in range(2 * DECIDE_SLICE + 50)]
+    ctx = replace(ctx, policy=ctx.policy.model_copy(update={"unsigned_burst": 1e6}))
 
     async def go():
         turns = 0

@@ -319,9 +319,33 @@ def test_a_tenant_sends_on_its_request_partition_only(ctx, access):
 
 
 def test_a_shed_record_names_every_offset_it_shed():
-    from pipeline.intake import shed_record
-    audit = shed_record("kip.requests.interactive", 2, [(5, "acme"), (6, "acme"), (7, ""),
-                                                        (9, "acme")], NOW_MS)
+    from pipeline.intake import ShedTally, shed_record
+    tally = ShedTally()
+    for offset, key in [(5, "acme"), (6, "acme"), (7, ""), (9, "acme")]:
+        tally.add(offset, key)
+    audit = shed_record("kip.requests.interactive", 2, tally, NOW_MS)
     assert audit.request_id == "shed.kip.requests.interactive.2.5" and audit.final
     assert audit.reason.endswith("offsets 5-7,9") and "4 messages" in audit.reason
     assert "(no tenant)" in audit.reason and audit.tenant is None
+
+
+def test_the_drains_screen_sheds_unsigned_messages_past_the_allowance_only(ctx):
+    """Before faust's stream takes them: a sender's message is kept, an unsigned one is
+    kept within its key's allowance (and the decision does not charge it again), the
+    rest are shed and tallied."""
+    from pipeline.intake import Screen
+    policy = ctx.policy.model_copy(update={"unsigned_per_s": 1.0, "unsigned_burst": 2.0})
+    ctx = replace(ctx, policy=policy)
+    screen = Screen(ctx.access, policy, ctx.allowance)
+    request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
+    from tests.pipeline.conftest import sealed as seal
+    signed = seal(_payload(request), _origin(offset=0))
+    assert screen.keep(signed.topic, 0, 0, b"acme", _payload(request), signed.headers, NOW_MS)
+    kept = [screen.keep("kip.requests.standard", 0, n, b"acme", b"junk", (), NOW_MS)
+            for n in range(1, 5)]
+    assert kept == [True, True, False, False]
+    for n in (1, 2):   # the two kept: answered, not charged again, not shed
+        assert isinstance(decide_as_sent(b"junk", _origin(offset=n), ctx), Reject)
+    tally = screen.take_shed("kip.requests.standard", 0)
+    assert tally.count == 2 and tally.ranges == [[3, 4]]
+    assert screen.take_shed("kip.requests.standard", 0) is None
