@@ -153,10 +153,11 @@ class Victim:
         self.stages[sent] = result.timings.model_dump(exclude_none=True)
 
     def slowest(self, start_s: float, end_s: float, count: int = 3) -> list[dict]:
-        """The ``count`` slowest requests sent between two instants, with their stages."""
+        """The ``count`` slowest requests sent between two instants: when each was sent
+        (s after the first instant), its latency and its stages."""
         inside = sorted((ms, sent) for sent, ms, ending in self.samples
                         if start_s <= sent < end_s and ms is not None)[-count:]
-        return [{"ms": round(ms, 1)} | {k: round(v, 1) for k, v in self.stages[sent].items()
+        return [{"ms": round(ms, 1), "sent_s": round(sent - start_s, 2)} | {k: round(v, 1) for k, v in self.stages[sent].items()
                                          if k.endswith("_ms") and k != "inference_started_at_ms"}
                 for ms, sent in reversed(inside)]
 

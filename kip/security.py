@@ -107,6 +107,7 @@ class Security:
             "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "allow.everyone.if.no.acl.found=false",
             f"super.users=User:{ADMIN};User:{CONTROLLER}",
+            *QUOTA_WINDOW,
         ]
 
     def _jaas(self, scram: bool) -> list[str]:
@@ -161,6 +162,14 @@ class Security:
             for name, config in configs.items():
                 write_private(folder / name, json.dumps(config, indent=2).encode())
         return folder
+
+
+# Kafka measures a client's rate over quota.window.num windows and, until it has seen
+# them all, as if it had: a new (or long idle) principal may send that many windows
+# less one of its quota at once before it is throttled. At the default, 11, a tenant
+# on 1 MiB/s put 11 MiB into the request topic in its first second; at 2, ~2 MiB
+# (kip bench flood; docs/security.md).
+QUOTA_WINDOW = ["quota.window.num=2", "quota.window.size.seconds=1"]
 
 
 # What a single-node KRaft broker in a container needs besides its security.

@@ -46,7 +46,7 @@ class AdmissionPolicy(BaseModel):
         10.0, gt=0, description="messages a second, per Kafka key, that fail their "
         "envelope and are still answered (on the shared results topic, enough for a "
         "sender to learn why); the rest are shed (pipeline/intake.py)")
-    unsigned_burst: float = Field(100.0, gt=0, description="the burst of unsigned_per_s")
+    unsigned_burst: float = Field(20.0, gt=0, description="the burst of unsigned_per_s")
     deadline_headroom: float = Field(
         0.4, gt=0, le=1, description="admit only if the estimated wait fits in this share "
         "of the time left to the deadline: the rest absorbs estimate error and inference "

@@ -1,8 +1,8 @@
 """The faust-streaming adapter: requests topics -> ``decide`` -> work / result topics.
 
 Delivery: exactly-once for read_committed readers. A round of up to its class's
-``take_max`` events (collected for at most its class's ``round_ms`` after its first
-event; pipeline/rounds.py) is decided; then, for each input partition, one Kafka
+``take_max`` events, at most ``take_per_partition`` of each partition (collected for at
+most its class's ``round_ms`` after its first event; pipeline/rounds.py) is decided; then, for each input partition, one Kafka
 transaction carries every output of its events (work item or result, audit record, dead
 letter) and the partition's next offset for faust's consumer group
 (topics/transactions.py). faust's own offset commits are switched off
@@ -267,7 +267,8 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
         log.info("agent admits requests")
         try:
             await known_topics.current()   # read once now: the first request need not wait
-            async for events in rounds(stream, settings.take_max[priority], within_s):
+            async for events in rounds(stream, settings.take_max[priority], within_s,
+                                       settings.take_per_partition[priority]):
                 await state.claims.before_round(
                     {TopicPartition(e.message.topic, e.message.partition) for e in events},
                     transactions)

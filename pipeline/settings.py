@@ -24,6 +24,12 @@ DEFAULT_ROUND_MS = {Priority.INTERACTIVE: 0.0, Priority.STANDARD: 20.0, Priority
 # followed by a turn of the event loop (``DECIDE_SLICE`` in pipeline/app.py), so a long
 # one holds an interactive agent in the same process back no longer than a short one.
 DEFAULT_TAKE_MAX = {Priority.INTERACTIVE: 200, Priority.STANDARD: 600, Priority.BATCH: 1000}
+# A round takes from each request partition in turn (pipeline/rounds.py): an interactive
+# request waits behind at most this many of another partition's (a flooding tenant's)
+# in each round, ~0.3 ms each to decide and publish; the other classes take for
+# throughput.
+DEFAULT_TAKE_PER_PARTITION = {Priority.INTERACTIVE: 32, Priority.STANDARD: 600,
+                              Priority.BATCH: 1000}
 
 
 class PipelineSettings(KipSettings):
@@ -34,6 +40,10 @@ class PipelineSettings(KipSettings):
     take_max: dict[Priority, int] = Field(
         default_factory=lambda: dict(DEFAULT_TAKE_MAX),
         description="most requests per round, per class (JSON; one number: every class)")
+    take_per_partition: dict[Priority, int] = Field(
+        default_factory=lambda: dict(DEFAULT_TAKE_PER_PARTITION),
+        description="most requests of one request partition per round, per class (JSON; "
+        "one number: every class)")
     round_ms: dict[Priority, float] = Field(
         default_factory=lambda: dict(DEFAULT_ROUND_MS),
         description="longest wait to fill a round after its first event, per class "
@@ -67,7 +77,7 @@ class PipelineSettings(KipSettings):
         """Classes the setting leaves out keep their defaults."""
         return DEFAULT_ROUND_MS | rounds
 
-    @field_validator("take_max", mode="before")
+    @field_validator("take_max", "take_per_partition", mode="before")
     @classmethod
     def _take_max_per_class(cls, take: object) -> object:
         """One number is every class's; classes a mapping leaves out keep their
@@ -76,12 +86,13 @@ class PipelineSettings(KipSettings):
             return {p: take for p in PRIORITIES}
         return take
 
-    @field_validator("take_max")
+    @field_validator("take_max", "take_per_partition")
     @classmethod
-    def _every_class_takes(cls, take: dict[Priority, int]) -> dict[Priority, int]:
+    def _every_class_takes(cls, take: dict[Priority, int], info) -> dict[Priority, int]:
         if any(n < 1 for n in take.values()):
-            raise ValueError("take_max: at least 1 per class")
-        return DEFAULT_TAKE_MAX | take
+            raise ValueError(f"{info.field_name}: at least 1 per class")
+        defaults = DEFAULT_TAKE_MAX if info.field_name == "take_max" else DEFAULT_TAKE_PER_PARTITION
+        return defaults | take
 
     @model_validator(mode="after")
     def _access_under_home(self) -> PipelineSettings:

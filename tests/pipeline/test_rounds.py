@@ -16,12 +16,14 @@ from pipeline.rounds import rounds
 class Channel:
     """A faust channel and one stream over it, with rounds collected as they come."""
 
-    def __init__(self, max_: int, within_s: float, handle_s: float = 0.0) -> None:
+    def __init__(self, max_: int, within_s: float, handle_s: float = 0.0,
+                 per_partition: int | None = None) -> None:
         self.app = faust.App("test-rounds", broker="kafka://127.0.0.1:1")
         self.app.flow_control.resume()   # a started app's consumer would do this
         self.channel = self.app.channel()
         self.stream = self.channel.stream()
         self.max_, self.within_s, self.handle_s = max_, within_s, handle_s
+        self.per_partition = per_partition
         self.got: list[tuple[list[int], float, list[bool]]] = []   # values, at, acked
         self.messages: list[Message] = []
         self.started = time.monotonic()
@@ -39,10 +41,14 @@ class Channel:
         # that is never started; close it, or it is reported unclosed at exit.
         self.app.consumer._thread.thread_loop.close()
 
-    async def put(self, *offsets: int) -> None:
+    async def put(self, *offsets: int, partition: int = 0, generation: int | None = None
+                  ) -> None:
+        """Events of ``partition`` (valued by their offsets), fetched in ``generation``
+        (default: the consumer group's current one)."""
         for offset in offsets:
-            message = Message("t", 0, offset, 0.0, 0, None, None, b"v", None,
-                              generation_id=self.app.consumer_generation_id)
+            message = Message("t", partition, offset, 0.0, 0, None, None, b"v", None,
+                              generation_id=self.app.consumer_generation_id
+                              if generation is None else generation)
             self.messages.append(message)
             await self.channel.put(self.app.create_event(None, offset, None, message))
 
@@ -50,7 +56,8 @@ class Channel:
         return time.monotonic() - self.started
 
     async def _consume(self) -> None:
-        async for events in rounds(self.stream, self.max_, self.within_s):
+        async for events in rounds(self.stream, self.max_, self.within_s,
+                                   self.per_partition):
             self.got.append(([e.value for e in events], self.since_start(),
                              [e.message.acked for e in events]))
             await asyncio.sleep(self.handle_s)
@@ -93,3 +100,32 @@ def test_events_are_acked_after_their_round_is_handled_and_a_round_never_exceeds
     assert [values for values, _, _ in got] == [[0], [1, 2, 3], [4, 5, 6], [7]]
     assert all(not any(acked) for _, _, acked in got)   # none acked while handled
     assert all(acked_at_end)
+
+
+def test_a_round_takes_each_partition_in_turn_so_a_flood_on_one_holds_another_back_little():
+    async def go():
+        async with Channel(max_=20, within_s=0.0, handle_s=0.05, per_partition=4) as c:
+            await c.put(0, partition=0)
+            await asyncio.sleep(0.01)                    # its round is being handled
+            await c.put(*range(1, 101), partition=0)     # one partition's flood...
+            await c.put(1000, partition=1)               # ...then another's request
+            await asyncio.sleep(1.8)
+            return c.got, c.messages
+    got, messages = asyncio.run(go())
+    values = [values for values, _, _ in got]
+    assert values[:2] == [[0], [1, 2, 3, 4, 1000]]   # the next round, not the 26th
+    assert [v for round_ in values for v in round_ if v != 1000] == list(range(101))
+    assert all(len(round_) <= 4 + 1 for round_ in values)
+    assert all(m.acked for m in messages)
+
+
+def test_events_fetched_before_a_rebalance_are_dropped_unacknowledged():
+    async def go():
+        async with Channel(max_=10, within_s=0.0) as c:
+            await c.put(0, 1, generation=c.app.consumer_generation_id - 1)
+            await c.put(2)
+            await asyncio.sleep(0.3)
+            return c.got, c.messages
+    got, messages = asyncio.run(go())
+    assert [values for values, _, _ in got] == [[2]]
+    assert [m.acked for m in messages] == [False, False, True]
