@@ -41,7 +41,7 @@ from pipeline.health import rollbacks
 from schemas.releases import Releases
 from pipeline.decide import decide
 from pipeline.decisions import Context, Decision, Origin, Shed
-from pipeline.intake import Screen, UnsignedAllowance, shed_record
+from pipeline.intake import CheckedEnvelopes, Screen, UnsignedAllowance, shed_record
 from pipeline.refusals import undecodable
 from pipeline.drain import LeanDrain
 from pipeline.one_loop import OnTheLoop
@@ -89,7 +89,8 @@ class PipelineState:
         self.sealing = settings.sealing()
         self.seen = SeenRequests(settings.replay_window_ms)
         self.allowance = UnsignedAllowance()
-        self.screen = Screen(self.access, settings.admission, self.allowance)
+        self.envelopes = CheckedEnvelopes()
+        self.screen = Screen(self.access, settings.admission, self.allowance, self.envelopes)
         self.large_messages = allocator.LargeMessages()
         self.known_topics = KnownTopics(settings.kafka)   # each agent's, shared()
         self.claims = Claims(settings.kafka, self.seen,
@@ -112,7 +113,7 @@ class PipelineState:
         return Context(self.access, self.router, s.names, now, s.replay_window_ms,
                        topics, s.admission, self.ledger, self.capacity,
                        self.control.fallbacks, self.stamp_keys, self.seen, self.allowance,
-                       known.partitions, placement)
+                       known.partitions, placement, envelopes=self.envelopes)
 
     def admitted_records(self, tp: TopicPartition) -> list[Record]:
         topic = self.settings.names.admitted(_class_of(tp, self.settings))

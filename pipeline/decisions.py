@@ -13,7 +13,7 @@ from aiokafka import TopicPartition
 from pipeline.access import DEFAULT_REPLAY_WINDOW_MS, AccessConfig
 from pipeline.admission import AdmissionPolicy
 from pipeline.capacity import CapacityView
-from pipeline.intake import UnsignedAllowance
+from pipeline.intake import CheckedEnvelopes, UnsignedAllowance
 from pipeline.quota import Ledger
 from pipeline.replays import SeenRequests
 from pipeline.routing import Router
@@ -70,6 +70,7 @@ class Context:
     allowance: UnsignedAllowance = field(default_factory=UnsignedAllowance)
     partitions: Mapping[str, int] | None = None   # topic -> partitions; None: not known
     placement: WorkPlacement = field(default_factory=WorkPlacement)
+    envelopes: CheckedEnvelopes = field(default_factory=CheckedEnvelopes)   # by the drain
 
 
 @dataclass(frozen=True)

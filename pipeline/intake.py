@@ -67,6 +67,23 @@ class UnsignedAllowance:
 
 
 @dataclass
+class CheckedEnvelopes:
+    """The senders whose envelopes the drain's screen verified, with their messages'
+    digests, by the messages' coordinates: the decision takes them instead of hashing
+    and verifying again (the record at an offset never changes)."""
+
+    checked: dict[tuple[str, int, int], tuple[str, Sender]] = field(default_factory=dict)
+
+    def note(self, at: tuple[str, int, int], digest: str, sender: Sender) -> None:
+        if len(self.checked) >= MAX_GRANTED:   # left by events a rebalance dropped
+            self.checked.clear()
+        self.checked[at] = (digest, sender)
+
+    def take(self, at: tuple[str, int, int]) -> tuple[str, Sender] | None:
+        return self.checked.pop(at, None)
+
+
+@dataclass
 class Screen:
     """What the pipeline's drain asks of each message before faust's stream takes it
     (pipeline/drain.py): a message no tenant provably sent, past its key's allowance, is
@@ -79,6 +96,7 @@ class Screen:
     access: AccessConfig
     policy: AdmissionPolicy
     allowance: UnsignedAllowance
+    envelopes: CheckedEnvelopes = field(default_factory=CheckedEnvelopes)
     shed: dict[tuple[str, int], ShedTally] = field(default_factory=dict)
 
     def keep(self, topic: str, partition: int, offset: int, key: bytes | None,
@@ -86,8 +104,10 @@ class Screen:
         """Whether the stream takes the message (else it is shed here)."""
         request_id = [v for k, v in headers or () if k == REQUEST_ID_HEADER]
         rid = request_id[0].decode("utf-8", "replace") if len(request_id) == 1 else None
-        if sent_by(headers or (), topic, key, request_sha256(value or b""), rid,
-                   self.access) is not None:
+        digest = request_sha256(value or b"")
+        sent = sent_by(headers or (), topic, key, digest, rid, self.access)
+        if sent is not None:
+            self.envelopes.note((topic, partition, offset), digest, sent)
             return True
         allowance = allowance_key(key, self.access)
         if self.allowance.take(allowance, self.policy.unsigned_per_s,

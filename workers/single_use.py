@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -55,7 +56,7 @@ class Answered:
 
     names: TopicNames
     transit_ms: int = TRANSIT_MS
-    partitions: dict[TopicPartition, dict[Key, int]] = field(default_factory=dict)
+    partitions: dict[TopicPartition, OrderedDict[Key, int]] = field(default_factory=dict)
     unwritten: dict[TopicPartition, list[list]] = field(default_factory=dict)
     loading: dict[TopicPartition, asyncio.Task] = field(default_factory=dict)
     reader: Callable[[TopicPartition, int], Awaitable[list]] | None = None   # (answered_reader)
@@ -74,7 +75,7 @@ class Answered:
             if record.timestamp - item.routed_at_ms > self.transit_ms:
                 return InvalidRequest(f"appended {record.timestamp - item.routed_at_ms} ms "
                                       "after it was routed: a copy, not the pipeline's")
-        seen = self.partitions.setdefault(tp, {})
+        seen = self.partitions.setdefault(tp, OrderedDict())
         key = (request.tenant, request.request_id)
         if key in seen:
             return DuplicateRequest(f"request {request.request_id} of tenant "
@@ -84,12 +85,17 @@ class Answered:
         return None
 
     def _sweep(self, tp: TopicPartition, clock_ms: int) -> None:
-        """Forget the ids of ``tp`` routed more than ``transit_ms`` before ``clock_ms``
-        (an item of theirs appended from now on is late anyway)."""
+        """Forget the oldest ids of ``tp`` while they were routed more than
+        ``transit_ms`` before ``clock_ms`` (an item of theirs appended from now on is
+        late anyway). Ids are kept in the order they were answered, nearly that of their
+        routing: one routed earlier than an id answered before it is forgotten later,
+        never sooner. Constant time a record: looking for the oldest of all, per record,
+        cost the worker's loop ~165 µs a request once a few thousand were held
+        (``kip bench cost``)."""
         seen = self.partitions.get(tp)
-        if seen and len(seen) > 64 and min(seen.values()) < clock_ms - self.transit_ms:
-            self.partitions[tp] = {k: at for k, at in seen.items()
-                                   if at >= clock_ms - self.transit_ms}
+        cutoff = clock_ms - self.transit_ms
+        while seen and next(iter(seen.values())) < cutoff:
+            seen.popitem(last=False)
 
     def records(self, tp: TopicPartition, model: str, priority: str) -> list[Record]:
         """What ``tp``'s batch answered, as records for its transaction."""
@@ -126,7 +132,7 @@ class Answered:
         finally:
             if self.loading.get(tp) is asyncio.current_task():
                 del self.loading[tp]
-        seen = self.partitions.setdefault(tp, {})
+        seen = self.partitions.setdefault(tp, OrderedDict())
         for tenant, request_id, routed_at_ms in entries:
             seen[(tenant, request_id)] = routed_at_ms
         log.info("%s: %d answered ids read back", tp, len(entries))

@@ -349,3 +349,24 @@ def test_the_drains_screen_sheds_unsigned_messages_past_the_allowance_only(ctx):
     tally = screen.take_shed("kip.requests.standard", 0)
     assert tally.count == 2 and tally.ranges == [[3, 4]]
     assert screen.take_shed("kip.requests.standard", 0) is None
+
+
+def test_an_envelope_the_screen_verified_is_not_verified_again(ctx, monkeypatch):
+    """The drain's screen notes the sender it verified by the message's coordinates; the
+    decision takes it from there (and verifies a message the screen did not see)."""
+    import pipeline.decide as decide_module
+    from pipeline.intake import Screen
+    from tests.pipeline.conftest import sealed as seal
+    screen = Screen(ctx.access, ctx.policy, ctx.allowance, ctx.envelopes)
+    request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
+    signed = seal(_payload(request), _origin(offset=3))
+    assert screen.keep(signed.topic, signed.partition, signed.offset, signed.key,
+                       _payload(request), signed.headers, NOW_MS)
+    verified = []
+    real = decide_module.sent_by
+    monkeypatch.setattr(decide_module, "sent_by", lambda *a: verified.append(a) or real(*a))
+    assert isinstance(decide_as_sent(_payload(request), signed, ctx), Forward)
+    assert verified == [] and not ctx.envelopes.checked
+    again = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
+    assert isinstance(decide_sealed(_payload(again), _origin(offset=4), ctx), Forward)
+    assert len(verified) == 1

@@ -132,3 +132,34 @@ def _fake_item(names: TopicNames):
     return WorkItem(request=request, routed_at_ms=1_000, deadline_ms=10**12, work_partition=0,
                     route=Route(alias="digits", model_name="digits", model_version="1",
                                 artifact_sha256="a" * 64))
+
+
+def _appended(names: TopicNames, n: int, routed_at_ms: int, appended_at_ms: int):
+    """A (record, item) pair as ``Answered.refusal`` reads them: request ``r<n>``,
+    on its stamped partition 0, appended at ``appended_at_ms`` by the broker's clock."""
+    from types import SimpleNamespace
+    from aiokafka.structs import ConsumerRecord
+    from workers.single_use import LOG_APPEND_TIME
+    topic = names.work("digits", Priority.STANDARD)
+    item = SimpleNamespace(
+        work_partition=0, routed_at_ms=routed_at_ms,
+        route=SimpleNamespace(model_name="digits"),
+        request=SimpleNamespace(tenant="acme", request_id=f"r{n}",
+                                priority=Priority.STANDARD))
+    record = ConsumerRecord(topic, 0, n, appended_at_ms, LOG_APPEND_TIME, None, b"", None,
+                            0, 0, ())
+    return record, item
+
+
+def test_answered_ids_are_kept_for_the_transit_time_and_forgotten_oldest_first():
+    from workers.single_use import Answered
+    names = TopicNames("unit")
+    answered = Answered(names, transit_ms=1000)
+    for n in range(5000):   # routed 1 ms apart, appended at once
+        assert answered.refusal(*_appended(names, n, n, n)) is None
+    # A copy of r4000 within its transit time is refused; the ids older than the
+    # partition's clock less transit_ms are forgotten, the rest kept.
+    assert answered.refusal(*_appended(names, 4000, 4000, 4999)).code == "DUPLICATE_REQUEST"
+    held = answered.partitions[next(iter(answered.partitions))]
+    assert min(at for at in held.values()) == 4999 - 1000
+    assert len(held) == 1001
