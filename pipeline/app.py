@@ -248,7 +248,7 @@ def _health_gate(state: PipelineState):
 
 def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
     settings = state.settings
-    within_s = settings.round_ms[priority] / 1000
+    take = settings.rounds_of(priority)
     topic = settings.names.requests(priority)
 
     async def admit(stream):
@@ -268,8 +268,7 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
         log.info("agent admits requests")
         try:
             await known_topics.current()   # read once now: the first request need not wait
-            async for events in rounds(stream, settings.take_max[priority], within_s,
-                                       settings.take_per_partition[priority]):
+            async for events in rounds(stream, *take):
                 await state.claims.before_round(
                     {TopicPartition(e.message.topic, e.message.partition) for e in events},
                     transactions)

@@ -71,6 +71,12 @@ class PipelineSettings(KipSettings):
         10_000, description="consumer-group session timeout: how soon a dead pipeline "
         "process's partitions move to another")
 
+    def rounds_of(self, priority: Priority) -> tuple[int, float, int]:
+        """A class's rounds (pipeline/rounds.py): most events, longest wait to fill (s),
+        most events of one partition."""
+        return (self.take_max[priority], self.round_ms[priority] / 1000,
+                self.take_per_partition[priority])
+
     @field_validator("round_ms")
     @classmethod
     def _every_class(cls, rounds: dict[Priority, float]) -> dict[Priority, float]:
