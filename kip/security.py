@@ -166,9 +166,8 @@ class Security:
 
 # Kafka measures a client's rate over quota.window.num windows and, until it has seen
 # them all, as if it had: a new (or long idle) principal may send that many windows
-# less one of its quota at once before it is throttled. At the default, 11, a tenant
-# on 1 MiB/s put 11 MiB into the request topic in its first second; at 2, ~2 MiB
-# (kip bench flood; docs/security.md).
+# less one of its quota at once before it is throttled: ten seconds' worth at the
+# default, 11; about two at 2 (kip bench flood; docs/security.md).
 QUOTA_WINDOW = ["quota.window.num=2", "quota.window.size.seconds=1"]
 
 

@@ -9,8 +9,7 @@ first event with no timeout, then at most ``within_s`` for the round to fill to 
 
 faust's stream is one queue for all of an agent's partitions, in the order the fetches
 came: a tenant's flood on its own request partition would queue in front of another
-tenant's interactive requests on theirs (``kip bench flood``: ~130 of the flooder's
-events, ~200 ms, ahead of each of the victim's in the flood's first burst). So each
+tenant's interactive requests on theirs (``kip bench flood``). So each
 event the stream yields moves at once into its partition's lane (``Lanes``), up to as
 many in all as faust's queue holds, and a round takes from the lanes in turn, at most
 ``per_partition`` events of each: an event waits behind its own partition's events and

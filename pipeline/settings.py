@@ -26,8 +26,7 @@ DEFAULT_ROUND_MS = {Priority.INTERACTIVE: 0.0, Priority.STANDARD: 20.0, Priority
 DEFAULT_TAKE_MAX = {Priority.INTERACTIVE: 200, Priority.STANDARD: 600, Priority.BATCH: 1000}
 # A round takes from each request partition in turn (pipeline/rounds.py): an interactive
 # request waits behind at most this many of another partition's (a flooding tenant's)
-# in each round, ~0.3 ms each to decide and publish; the other classes take for
-# throughput.
+# in each round; the other classes take for throughput.
 DEFAULT_TAKE_PER_PARTITION = {Priority.INTERACTIVE: 32, Priority.STANDARD: 600,
                               Priority.BATCH: 1000}
 

@@ -89,9 +89,8 @@ class Answered:
         ``transit_ms`` before ``clock_ms`` (an item of theirs appended from now on is
         late anyway). Ids are kept in the order they were answered, nearly that of their
         routing: one routed earlier than an id answered before it is forgotten later,
-        never sooner. Constant time a record: looking for the oldest of all, per record,
-        cost the worker's loop ~165 µs a request once a few thousand were held
-        (``kip bench cost``)."""
+        never sooner. Constant time a record: a search for the oldest of all, per
+        record, grew with the ids held (``kip bench cost``)."""
         seen = self.partitions.get(tp)
         cutoff = clock_ms - self.transit_ms
         while seen and next(iter(seen.values())) < cutoff:
