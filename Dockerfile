@@ -4,6 +4,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY schemas ./schemas
 COPY topics ./topics
+COPY transport ./transport
 COPY runtime ./runtime
 COPY models ./models
 COPY pipeline ./pipeline

@@ -22,12 +22,12 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from devkit.arguments import count, fraction, zero_or_above
-from devkit.loadgen import sentences
-from devkit.stack import DevStack, dev_client, dev_spec, own_stack
-from runtime.settings import KipSettings
-from schemas.tensors import Tensor
-from workers.session import ModelSession
+from kip.devkit.arguments import count, fraction, zero_or_above
+from kip.devkit.loadgen import sentences
+from kip.devkit.stack import DevStack, dev_client, dev_spec, own_stack
+from kip.runtime.settings import KipSettings
+from kip.schemas.tensors import Tensor
+from kip.workers.session import ModelSession
 
 RAW_SAMPLE_ROWS = 20_000
 JOB_ID = "bench"

@@ -23,15 +23,15 @@ from pathlib import Path
 
 import numpy as np
 
-from devkit.arguments import count
-from devkit.loadgen import sentences
-from models.export.reference import build_reference
-from models.preprocess import token_ids
-from models.registry import Registry
-from runtime.settings import KipSettings
-from schemas.tensors import Tensor
-from workers.buckets import length_buckets, padded_tokens
-from workers.session import ModelSession
+from kip.devkit.arguments import count
+from kip.devkit.loadgen import sentences
+from kip.models.export.reference import build_reference
+from kip.models.preprocess import token_ids
+from kip.models.registry import Registry
+from kip.runtime.settings import KipSettings
+from kip.schemas.tensors import Tensor
+from kip.workers.buckets import length_buckets, padded_tokens
+from kip.workers.session import ModelSession
 
 WORDS = ("kip routes every request through Kafka topics and answers each one exactly once "
          "while the workers keep their accelerators busy with batches").split()

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from devkit.arguments import above_zero, count, zero_or_above, zero_or_more
-from devkit.bursts import (INPUTS, Interactive, burst_from_child, bursts_reply_topic,
-                           start_interactive)
-from devkit.stack import dev_client, dev_spec, own_stack
-from runtime.settings import KipSettings
+from kip.devkit.arguments import above_zero, count, zero_or_above, zero_or_more
+from kip.devkit.bursts import (INPUTS, Interactive, burst_from_child, bursts_reply_topic,
+                               start_interactive)
+from kip.devkit.stack import dev_client, dev_spec, own_stack
+from kip.runtime.settings import KipSettings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -22,15 +22,15 @@ from types import SimpleNamespace
 import numpy as np
 from aiokafka import TopicPartition
 
-from devkit.arguments import count
-from pipeline.access import AccessConfig, ApiKey, authenticate
-from pipeline.replays import BUCKET_MS, SeenRequests
-from schemas.codec import encode
-from schemas.messages import InferenceRequest, InferenceResult, Route, Status, Timings, WorkItem
-from schemas.result_signatures import ResultKeys, ResultSigningKey, request_sha256
-from schemas.signing import sign
-from schemas.stamps import StampKeys, canonical, check_stamp, stamp_mac, stamped
-from schemas.tensors import Tensor
+from kip.devkit.arguments import count
+from kip.pipeline.access import AccessConfig, ApiKey, authenticate
+from kip.pipeline.replays import BUCKET_MS, SeenRequests
+from kip.schemas.codec import encode
+from kip.schemas.messages import InferenceRequest, InferenceResult, Route, Status, Timings, WorkItem
+from kip.schemas.result_signatures import ResultKeys, ResultSigningKey, request_sha256
+from kip.schemas.signing import sign
+from kip.schemas.stamps import StampKeys, canonical, check_stamp, stamp_mac, stamped
+from kip.schemas.tensors import Tensor
 
 SECRET = "bench-secret"
 WINDOW_MS = 300_000

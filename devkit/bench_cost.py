@@ -22,8 +22,8 @@ Starts a kip of its own (broker, pipeline, a worker per reference model) and mea
     a record and of sealing a transaction (timed here on the run's own records; already
     inside the stages' CPU above), and of ``kip audit verify`` per record.
 
-The digits model (a small convolutional net) takes ~20-30 µs of CPU per row in ONNX
-Runtime here, so (a) and (b) also report each figure outside ONNX Runtime's run: the
+The digits model (a small convolutional net) takes little CPU per row in ONNX Runtime,
+but not nothing, so (a) and (b) also report each figure outside ONNX Runtime's run: the
 CPU minus what raw ONNX Runtime takes, in this process, for calls of the same sizes
 (``RawDigits``). docs/benchmarks.md keeps the figures with the commit they ran on.
 """
@@ -41,33 +41,31 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from devkit.arguments import count, zero_or_more
-from devkit import floors
-from devkit.cost_report import render
-from devkit.cpu import CpuMeter, main_thread_cpu_us
-from devkit.loadgen import sentences
-from devkit.stack import BUSES, DevStack, dev_client, own_stack
+from kip.devkit.arguments import count, zero_or_more
+from kip.devkit import floors
+from kip.devkit.cost_report import render
+from kip.devkit.cpu import CpuMeter, main_thread_cpu_us
+from kip.devkit.loadgen import sentences
+from kip.devkit.stack import BUSES, DevStack, dev_client, own_stack
 from kip.client import KipClient
-from runtime import collector
-from runtime.settings import KipSettings
-from schemas.codec import encode, now_ms
-from schemas.audit_chain import ChainHead
-from schemas.messages import InferenceResult
-from schemas.result_signatures import ResultKeys
-from schemas.tensors import Tensor
-from topics.clients import KafkaConnection
-from workers.session import ModelSession
+from kip.runtime import collector
+from kip.runtime.settings import KipSettings
+from kip.schemas.codec import encode, now_ms
+from kip.schemas.audit_chain import ChainHead
+from kip.schemas.messages import InferenceResult
+from kip.schemas.result_signatures import ResultKeys
+from kip.schemas.tensors import Tensor
+from kip.transport.clients import KafkaConnection
+from kip.workers.session import ModelSession
 
 
 # The broker keeps the C2 compiler on every bus, as a long-running one has it (the
 # JVM's default; a plain dev broker runs C1 alone, for tests' young brokers: devkit/
-# broker.py), and is warmed up until C2 has compiled what each scenario runs. After
-# 6,000 requests all in flight C2 was still compiling, ~200 µs of the broker's CPU a
-# request against ~97 after 30,000. (c)'s requests one at a time take paths that (a)'s
-# barely use: fetches that wait out their long poll, transactions of one record; C2
-# compiled them through (c)'s first ~2,000 requests, at 7 ms of CPU a request at first,
-# on a core the stages wait for. The floors, run after (c), find them compiled
-# (docs/benchmarks.md).
+# broker.py), and is warmed up until C2 has compiled what each scenario runs: a broker
+# still compiling spends on a request several times its steady state. (c)'s requests one
+# at a time take paths that (a)'s barely use (fetches that wait out their long poll,
+# transactions of one record), which C2 otherwise compiles during (c), on a core the
+# stages wait for. The floors, run after (c), find them compiled.
 WARM_UP = 30000
 SEQUENTIAL_WARM_UP = 2500
 
@@ -342,7 +340,7 @@ async def _around_inference(stack: DevStack, count: int, floor, broker_pid: int)
 async def _audit_chains(stack: DevStack) -> dict:
     from kip.audit.chains import ChainCheck
     from kip.audit.reading import kafka_records
-    from topics.outputs import Chaining, Record
+    from kip.transport.outputs import Chaining, Record
 
     found = [r async for r in kafka_records(stack.kafka, stack.names, 0)]
     check = ChainCheck(ResultKeys(keys=stack.result_keys()).verifier())

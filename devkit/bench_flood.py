@@ -39,17 +39,17 @@ from pathlib import Path
 
 import numpy as np
 
-from devkit.arguments import above_zero, count
-from devkit.bursts import INPUTS
-from devkit.stack import BUSES, ClientSpec, DevStack, own_stack, tenant_spec
+from kip.devkit.arguments import above_zero, count
+from kip.devkit.bursts import INPUTS
+from kip.devkit.stack import BUSES, ClientSpec, DevStack, own_stack, tenant_spec
 from kip.tenants import set_quota
-from pipeline.access import AccessConfig, ApiKey, BrokerQuota, TenantPolicy
-from runtime import collector
-from runtime.settings import KipSettings
-from schemas import AuditRecord, decode
-from schemas.codec import REQUEST_ID_HEADER
-from topics.partitioning import key_partition
-from topics.reading import records_since
+from kip.pipeline.access import AccessConfig, ApiKey, BrokerQuota, TenantPolicy
+from kip.runtime import collector
+from kip.runtime.settings import KipSettings
+from kip.schemas import AuditRecord, decode
+from kip.schemas.codec import REQUEST_ID_HEADER
+from kip.transport.partitioning import key_partition
+from kip.transport.reading import records_since
 
 VICTIM, FLOODER = ("demo", "demo-key"), ("flood", "flood-key")
 REQUEST_PARTITIONS = 3   # the catalogue's default

@@ -25,17 +25,17 @@ from pathlib import Path
 
 import numpy as np
 
-from devkit.arguments import above_zero, count
-from devkit.broker import LocalBroker
-from devkit.loadgen import LoadReport, closed_loop_capacity, run_load
-from devkit.loadproc import offer_from_child
-from devkit.stack import ClientSpec, DevStack, dev_client, dev_spec, own_stack
+from kip.devkit.arguments import above_zero, count
+from kip.devkit.broker import LocalBroker
+from kip.devkit.loadgen import LoadReport, closed_loop_capacity, run_load
+from kip.devkit.loadproc import offer_from_child
+from kip.devkit.stack import ClientSpec, DevStack, dev_client, dev_spec, own_stack
 from kip.client import KipClient
-from runtime.settings import KipSettings
-from schemas.codec import now_ms
-from schemas.messages import Priority, Status
-from topics.admin import apply
-from topics.catalogue import reply_topic
+from kip.runtime.settings import KipSettings
+from kip.schemas.codec import now_ms
+from kip.schemas.messages import Priority, Status
+from kip.transport.admin import apply
+from kip.topics.catalogue import reply_topic
 
 DEADLINES_MS = {Priority.INTERACTIVE: 1_000, Priority.STANDARD: 5_000, Priority.BATCH: 10_000}
 # Batch requests kept in flight to measure capacity: enough that the workers' queue never
@@ -163,7 +163,7 @@ async def _warm_up(client: KipClient, stack: DevStack) -> None:
 def _pin_processes(stack: DevStack, broker: LocalBroker) -> None:
     """Workers on the last CPU, everything else on the others: the last CPU stands in
     for a GPU host of their own, so admission, the broker and the load generator do not
-    take the workers' device time (docs/architecture.md, "Benchmarks")."""
+    take the workers' device time (docs/architecture.md, "The local broker and the benches")."""
     cpus = sorted(os.sched_getaffinity(0))
     worker_cpu, rest = {cpus[-1]}, set(cpus[:-1])
     for proc in stack.procs:

@@ -22,11 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from devkit.arguments import count
-from devkit.bench_buckets import add_session_arguments, minilm_session, mixed_texts
-from schemas.tensors import Tensor
-from workers.batching import Stages, run_chunks
-from workers.session import ModelSession
+from kip.devkit.arguments import count
+from kip.devkit.bench_buckets import add_session_arguments, minilm_session, mixed_texts
+from kip.schemas.tensors import Tensor
+from kip.workers.batching import Stages, run_chunks
+from kip.workers.session import ModelSession
 
 WAYS = ("in turn", "ahead")
 

@@ -31,11 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-from devkit import arguments
-from devkit.bursts import (INPUTS, Interactive, burst_from_child, bursts_reply_topic,
-                           start_interactive)
-from devkit.stack import DevStack, dev_client, dev_spec, own_stack
-from runtime.settings import KipSettings
+from kip.devkit import arguments
+from kip.devkit.bursts import (INPUTS, Interactive, burst_from_child, bursts_reply_topic,
+                               start_interactive)
+from kip.devkit.stack import DevStack, dev_client, dev_spec, own_stack
+from kip.runtime.settings import KipSettings
 
 CHANGE_WINDOW_S = 5.0
 
@@ -101,7 +101,7 @@ def _second_version(stack: DevStack, model: str):
 
 def _rollout(stack: DevStack, command: list[str]) -> None:
     """The operator's command, at nice 10: it stands in for a workstation, and its start
-    (~0.5 s of CPU) would otherwise be charged to the interactive requests measured."""
+    (a Python process's start) would otherwise be charged to the interactive requests measured."""
     out = subprocess.run([sys.executable, "-m", "kip.cli", "rollout", *command],
                          env=stack.env(), capture_output=True, text=True, check=True,
                          preexec_fn=lambda: os.nice(10))

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-from devkit.arguments import count, zero_or_more
-from devkit.loadgen import sentences
-from devkit.stack import DevStack, dev_client, own_stack
-from runtime import collector
-from runtime.settings import KipSettings
-from schemas.tensors import Tensor
-from workers.session import ModelSession
+from kip.devkit.arguments import count, zero_or_more
+from kip.devkit.loadgen import sentences
+from kip.devkit.stack import DevStack, dev_client, own_stack
+from kip.runtime import collector
+from kip.runtime.settings import KipSettings
+from kip.schemas.tensors import Tensor
+from kip.workers.session import ModelSession
 
 UNLOADED_REQUESTS = 100
 # Calls of up to 32 requests, as raw ONNX Runtime's batches: the call budget is set

@@ -18,11 +18,11 @@ import time
 import uuid
 from pathlib import Path
 
-from devkit.settings import DevSettings
+from kip.devkit.settings import DevSettings
 from kip.security import ADMIN, CLIENT_MECHANISM, Listeners, Security
-from runtime.files import open_private_log, private_dir
-from topics.catalogue import MAX_MESSAGE_BYTES
-from topics.clients import KafkaConnection
+from kip.runtime.files import open_private_log, private_dir
+from kip.topics.catalogue import MAX_MESSAGE_BYTES
+from kip.transport.clients import KafkaConnection
 
 KAFKA_VERSION = "4.1.1"      # pinned: the broker the tests and `kip up` run
 LOG4J_VERSION = "2.25.3"
@@ -58,9 +58,8 @@ logger.server.level=INFO
 # under load, and every request in flight waits through each pause. A plain broker runs
 # the C1 compiler alone: with C2 as well, a fresh JVM spends its first minutes compiling
 # on those cores. A secured one keeps C2: TLS 1.3's AES-GCM runs on the JIT's AES and
-# GHASH intrinsics, which C1 lacks; with C1 alone a secured broker spent 1.5-1.7x the
-# CPU per request it spends with C2 (docs/architecture.md, "The local broker";
-# figures in docs/benchmarks.md).
+# GHASH intrinsics, which C1 lacks (docs/architecture.md, "The local broker and the
+# benches").
 JVM_OPTIONS = ["-Xms512m", "-Xmx1g", "-XX:+UseZGC"]
 PLAIN_JVM_OPTIONS = [*JVM_OPTIONS, "-XX:TieredStopAtLevel=1"]
 

@@ -14,9 +14,9 @@ from multiprocessing import get_context
 
 import numpy as np
 
-from devkit.stack import ClientSpec, DevStack, dev_spec
-from topics.admin import apply
-from topics.catalogue import reply_topic
+from kip.devkit.stack import ClientSpec, DevStack, dev_spec
+from kip.transport.admin import apply
+from kip.topics.catalogue import reply_topic
 
 INPUTS = {"digits": {"pixels": np.zeros((1, 64), np.float32)},
           "minilm": {"text": ["a sentence for the release bench"]}}

@@ -8,10 +8,10 @@ import signal
 import time
 from pathlib import Path
 
-from devkit import (bench_batch, bench_buckets, bench_burst, bench_checks, bench_cost,
-                    bench_flood, bench_load, bench_prepare, bench_rollout, bench_throughput,
-                    faults)
-from devkit.settings import DevSettings
+from kip.devkit import (bench_batch, bench_buckets, bench_burst, bench_checks, bench_cost,
+                        bench_flood, bench_load, bench_prepare, bench_rollout, bench_throughput,
+                        faults)
+from kip.devkit.settings import DevSettings
 
 
 SECURE_HELP = ("SASL_SSL (SCRAM) on --port and mTLS on the port after the controller's, "
@@ -100,8 +100,8 @@ def _as_ctrl_c(signum, frame) -> None:
 
 
 def _kafka(args) -> int:
-    from devkit.broker import LocalBroker
-    from devkit.stack import DevStack
+    from kip.devkit.broker import LocalBroker
+    from kip.devkit.stack import DevStack
 
     users = DevStack().roles() if args.secure else []
     broker = LocalBroker(args.dir, port=args.port, secure=args.secure, users=users)
@@ -116,7 +116,7 @@ def _kafka(args) -> int:
 
 
 def _up(args) -> int:
-    from devkit.stack import DevStack
+    from kip.devkit.stack import DevStack
 
     stack = DevStack(secure=args.secure, port=args.port, metrics_base_port=args.metrics_port)
     try:
@@ -135,13 +135,13 @@ def _up(args) -> int:
 
 
 def _demo(args) -> int:
-    from devkit.stack import DevStack
+    from kip.devkit.stack import DevStack
     return _demo_against(DevStack(secure=args.secure, port=args.port))
 
 
 def _demo_against(stack) -> int:
-    from devkit.demo import passed, run_demo
-    from devkit.stack import dev_client
+    from kip.devkit.demo import passed, run_demo
+    from kip.devkit.stack import dev_client
 
     async def go() -> dict:
         async with dev_client(stack) as client:

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from kip.client import KipClient
-from schemas.messages import InferenceResult, Status, output_array
+from kip.schemas.messages import InferenceResult, Status, output_array
 
 PAIRS = [("A man is eating food.", "A man is eating a piece of bread."),
          ("A man is eating food.", "The girl is carrying a baby."),
@@ -69,7 +69,7 @@ async def _sentences(client: KipClient, log) -> float:
 
 
 async def _digits(client: KipClient, log) -> float:
-    from models.export.digits import dataset
+    from kip.models.export.digits import dataset
 
     _, _, images, labels = dataset()
     images, labels = images[:DIGITS], labels[:DIGITS]

@@ -25,17 +25,17 @@ from pathlib import Path
 
 import numpy as np
 
-from devkit.arguments import above_zero, count, fraction, zero_or_more
-from devkit.broker import LocalBroker
-from devkit.faults_report import FaultReport, Tally, leftover_records
-from devkit.stack import DevStack, dev_client, own_stack
+from kip.devkit.arguments import above_zero, count, fraction, zero_or_more
+from kip.devkit.broker import LocalBroker
+from kip.devkit.faults_report import FaultReport, Tally, leftover_records
+from kip.devkit.stack import DevStack, dev_client, own_stack
 from kip.audit.reading import committed_metadata, trusted_heads
-from schemas.codec import REQUEST_ID_HEADER
-from schemas.deadletter import fallback_request_id
+from kip.schemas.codec import REQUEST_ID_HEADER
+from kip.schemas.deadletter import fallback_request_id
 from kip.client import KipClient
-from runtime.settings import KipSettings
-from schemas.messages import Priority
-from schemas.result_signatures import ResultKeys
+from kip.runtime.settings import KipSettings
+from kip.schemas.messages import Priority
+from kip.schemas.result_signatures import ResultKeys
 
 MODEL = "digits"
 DEADLINE_MS = 30 * 60_000      # long: this harness counts delivery, not latency

@@ -11,15 +11,15 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from kip.audit.chains import ChainCheck
-from schemas.codec import decode
-from schemas.deadletter import fallback_request_id
-from schemas.errors import InvalidRequest, Overloaded
-from schemas.messages import AuditRecord, DeadLetterRecord, InferenceResult, Status
-from schemas.messages import PRIORITIES
-from schemas.result_signatures import ResultVerifier
-from topics.clients import KafkaConnection
-from topics.names import TopicNames
-from topics.reading import assign_all, reached, reader_to_end
+from kip.schemas.codec import decode
+from kip.schemas.deadletter import fallback_request_id
+from kip.schemas.errors import InvalidRequest, Overloaded
+from kip.schemas.messages import AuditRecord, DeadLetterRecord, InferenceResult, Status
+from kip.schemas.messages import PRIORITIES
+from kip.schemas.result_signatures import ResultVerifier
+from kip.transport.clients import KafkaConnection
+from kip.topics.names import TopicNames
+from kip.transport.reading import assign_all, reached, reader_to_end
 
 
 class Tally:

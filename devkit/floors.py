@@ -8,7 +8,7 @@ what the bare libraries cost with no kip code at all.
   A hop sends its produce beside its offsets, as aiokafka's transaction API invites;
   the broker's check of the produce (KIP-890) sometimes meets the offsets' own check,
   and the produce is answered NOT_ENOUGH_REPLICAS and retried after the backoff. kip's
-  stages wait for the produce's ack first (topics/transactions.py). The floor's
+  stages wait for the produce's ack first (transport/transactions.py). The floor's
   retries are counted, not printed (``ProduceRetries``).
 - ``two_hop_around``: the same hops, the second transforming each record in its hop,
   inline, before producing it (``kip bench cost``: raw ONNX Runtime on the text the
@@ -48,11 +48,11 @@ from pathlib import Path
 from aiokafka import TopicPartition
 from pydantic import SecretStr
 
-from devkit.cpu import CpuMeter
-from runtime.files import write_private
-from topics.admin import apply
-from topics.catalogue import TopicSpec
-from topics.clients import KafkaConnection
+from kip.devkit.cpu import CpuMeter
+from kip.runtime.files import write_private
+from kip.transport.admin import apply
+from kip.topics.catalogue import TopicSpec
+from kip.transport.clients import KafkaConnection
 
 FAUST_TAKE = 500
 FAUST_WITHIN_S = 0.01
@@ -280,7 +280,7 @@ async def faust_consume_cpu(kafka: KafkaConnection, payload: bytes, events: int,
                                "datadir": datadir,
                                "kafka": str(_connection_file(kafka, Path(datadir)))})
         done = await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-m", "devkit.floors", settings],
+            subprocess.run, [sys.executable, "-m", "kip.devkit.floors", settings],
             capture_output=True, text=True, timeout=timeout_s,
             env=os.environ | {"PYTHONPATH": os.getcwd()})
     # faust sends a worker's stdout to its log, with a prefix: find the report anywhere
@@ -306,7 +306,7 @@ async def _faust_hop(kafka: KafkaConnection, source: str, target: str, group: st
         log = Path(datadir) / "hop.log"
         with log.open("wb") as out:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "devkit.floors", settings, stdout=out, stderr=out,
+                sys.executable, "-m", "kip.devkit.floors", settings, stdout=out, stderr=out,
                 env=os.environ | {"PYTHONPATH": os.getcwd()})
         try:
             yield lambda: "the faust hop's log ends: " + log.read_text(errors="replace")[-2000:]
@@ -338,7 +338,7 @@ def _faust_probe(settings: dict) -> None:
                     autodiscover=False,
                     consumer_auto_offset_reset="earliest", topic_replication_factor=1)
     if settings.get("kip_consumer"):
-        from pipeline.app import TransactionalConsumer
+        from kip.pipeline.app import TransactionalConsumer
         app.transport.Consumer = TransactionalConsumer
     topic = app.topic(settings["topic"], key_serializer="raw", value_serializer="raw")
     agent = _forward if settings["mode"] == "hop" else _consume

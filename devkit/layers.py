@@ -1,7 +1,11 @@
 """The house rules of the source tree, checked: each top-level package imports only the
-packages below it, and modules and functions stay small enough to read.
+packages below it, modules and functions stay small enough to read, and a library's
+internals are used in its one adapter module only.
 
-    python -m devkit.layers     # the import graph of the top-level packages, and any breach
+    python -m kip.devkit.layers   # the import graph of the top-level packages, and any breach
+
+Each folder installs as ``kip.<folder>`` (pyproject.toml), so the imports name
+``kip.transport``, ``kip.pipeline``, ...; the modules of kip/ itself are the ``kip`` layer.
 
 tests/devkit/test_layers.py runs the same checks in CI.
 """
@@ -14,11 +18,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from kip.devkit.internals import reaches
+
 # Bottom to top: a package may import the ones on earlier lines only. Packages on one
 # line are peers and must not import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("schemas",),             # what travels
-    ("topics",),              # where it travels, and the Kafka clients
+    ("topics",),              # where it travels: names, the catalogue, the ACL plan
+    ("transport",),           # how kip talks to Kafka: clients, transactions, reading
     ("runtime",),             # settings and metrics every process shares
     ("models",),              # registry, manifests, preprocessing, export
     ("pipeline", "workers"),  # the stages: decide, compute
@@ -48,6 +55,15 @@ def modules(root: Path) -> list[Path]:
     return sorted(p for package in RANK for p in (root / package).rglob("*.py"))
 
 
+def layer_of(name: str) -> str | None:
+    """The layer a dotted module name belongs to: ``kip.transport.clients`` is
+    transport's, ``kip.client`` the kip layer's; None outside kip."""
+    parts = name.split(".")
+    if parts[0] != "kip":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in RANK else "kip"
+
+
 def imports(root: Path) -> list[Import]:
     """Every import (also inside functions) from one kip package of another."""
     found = []
@@ -55,8 +71,8 @@ def imports(root: Path) -> list[Import]:
         source = path.relative_to(root).parts[0]
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             for name in _imported(node):
-                target = name.split(".")[0]
-                if target in RANK and target != source:
+                target = layer_of(name)
+                if target is not None and target != source:
                     found.append(Import(path.relative_to(root), node.lineno, source, target))
     return found
 
@@ -108,6 +124,7 @@ def main() -> int:
         print(f"{source:>9} -> {target:<9} {count:4d} imports  {arrow}")
     breaches = [f"{i.path}:{i.line}: {i.source} imports {i.target}" for i in upward(found)]
     breaches += too_long(root)
+    breaches += [str(r) for r in reaches(root, modules(root))]
     for line in breaches:
         print(line)
     print("house rules hold" if not breaches else f"{len(breaches)} breaches")

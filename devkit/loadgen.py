@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kip.client import KipClient
-from schemas.codec import now_ms
-from schemas.messages import InferenceResult, Priority, Status
+from kip.schemas.codec import now_ms
+from kip.schemas.messages import InferenceResult, Priority, Status
 
 SUBJECTS = ["A man", "The woman", "A child", "The old dog", "A young engineer", "Two friends",
             "The orchestra", "A cyclist", "The committee", "A small bird"]

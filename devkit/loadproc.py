@@ -5,7 +5,7 @@ offline jobs on other hosts. Offered from the bench's own process, it would take
 CPU that the broker and admission share, at their priority: the interactive requests it
 is there to disturb through the broker and the workers would also wait for its CPU time.
 Here it runs in a child process at ``nice``, with a reply topic of its own, so neither
-client reads the other's results (docs/architecture.md, "Benchmarks").
+client reads the other's results (docs/architecture.md, "The local broker and the benches").
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
-from devkit.loadgen import LoadReport, run_load
-from devkit.stack import ClientSpec
-from runtime import collector
-from schemas.codec import now_ms
-from schemas.messages import Priority
+from kip.devkit.loadgen import LoadReport, run_load
+from kip.devkit.stack import ClientSpec
+from kip.runtime import collector
+from kip.schemas.codec import now_ms
+from kip.schemas.messages import Priority
 
 
 async def offer_from_child(spec: ClientSpec, nice: int, model: str,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from runtime.settings import KipSettings
+from kip.runtime.settings import KipSettings
 
 
 class DevSettings(KipSettings):

@@ -21,25 +21,25 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from devkit.broker import LocalBroker, free_port
+from kip.devkit.broker import LocalBroker, free_port
 from kip.client import KipClient
 from kip.security import ensure_access_file
 from kip.tenants import broker_quotas
-from models.export.reference import build_reference
-from models.registry import Registry
-from models.signing import sign
-from pipeline.access import AccessConfig
-from runtime import keys
-from runtime.files import open_private_log, private_dir, write_private
-from runtime.settings import KipSettings
-from schemas.codec import now_ms
-from topics.acl_admin import apply as apply_acls
-from topics.acls import plan
-from topics.quota_admin import apply_quotas
-from topics.admin import apply
-from topics.catalogue import catalogue
-from topics.clients import KafkaConnection
-from topics.names import TopicNames
+from kip.models.export.reference import build_reference
+from kip.models.registry import Registry
+from kip.models.signing import sign
+from kip.pipeline.access import AccessConfig
+from kip.runtime import keys
+from kip.runtime.files import open_private_log, private_dir, write_private
+from kip.runtime.settings import KipSettings
+from kip.schemas.codec import now_ms
+from kip.transport.acl_admin import apply as apply_acls
+from kip.topics.acls import plan
+from kip.transport.quota_admin import apply_quotas
+from kip.transport.admin import apply
+from kip.topics.catalogue import catalogue
+from kip.transport.clients import KafkaConnection
+from kip.topics.names import TopicNames
 
 REFERENCE_MODELS = ["minilm", "digits"]
 DEV_TENANT, DEV_KEY_ID = "demo", "demo-key"

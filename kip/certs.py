@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from runtime.files import private_dir, write_private
+from kip.runtime.files import private_dir, write_private
 
 VALID_DAYS = 825   # the longest a TLS leaf certificate may live for common clients
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from runtime.settings import KipSettings
+from kip.runtime.settings import KipSettings
 
 COMMANDS_GROUP = "kip.commands"
 
@@ -184,8 +184,8 @@ def _add_process_commands(sub) -> None:
 
 
 def _topics(args) -> int:
-    from topics.admin import apply
-    from topics.catalogue import catalogue
+    from kip.transport.admin import apply
+    from kip.topics.catalogue import catalogue
 
     settings = KipSettings()
     specs = catalogue(settings.names, args.models.split(","), args.partitions,
@@ -201,9 +201,9 @@ def _topics(args) -> int:
 
 def _acls(args) -> int:
     from kip.tenants import broker_quotas
-    from topics.acl_admin import apply
-    from topics.acls import plan
-    from topics.quota_admin import apply_quotas
+    from kip.transport.acl_admin import apply
+    from kip.topics.acls import plan
+    from kip.transport.quota_admin import apply_quotas
 
     settings = KipSettings()
     wanted = plan(settings.names, args.models.split(","), _tenant_classes())
@@ -225,8 +225,8 @@ def _acls(args) -> int:
 
 def _security(args) -> int:
     from kip.security import ensure_access_file, init_deployment
-    from pipeline.settings import PipelineSettings
-    from topics.catalogue import MAX_MESSAGE_BYTES
+    from kip.pipeline.settings import PipelineSettings
+    from kip.topics.catalogue import MAX_MESSAGE_BYTES
 
     access = ensure_access_file(PipelineSettings().access_file, "demo", "demo-key")
     users = (["pipeline", "operator", "audit-reader"]
@@ -242,7 +242,7 @@ def _security(args) -> int:
 
 
 def _keys(args) -> int:
-    from runtime import keys
+    from kip.runtime import keys
 
     settings = KipSettings()
     if args.action == "init":
@@ -272,8 +272,8 @@ def _tenant_classes() -> dict:
 
 def _access():
     """The access file (empty without one)."""
-    from pipeline.access import AccessConfig
-    from pipeline.settings import PipelineSettings
+    from kip.pipeline.access import AccessConfig
+    from kip.pipeline.settings import PipelineSettings
 
     path = PipelineSettings().access_file
     return AccessConfig.from_file(path) if path.exists() else AccessConfig()
@@ -301,7 +301,7 @@ def _tenants(args) -> int:
 
 
 def _fallback(args) -> int:
-    from pipeline.control import fallback_record, publish_control
+    from kip.pipeline.control import fallback_record, publish_control
 
     settings = KipSettings()
     key, value = fallback_record(args.model, args.target)
@@ -312,7 +312,7 @@ def _fallback(args) -> int:
 
 
 def _schemas(args) -> int:
-    from schemas.jsonschema import export
+    from kip.schemas.jsonschema import export
 
     for path in export(args.out):
         print(f"wrote {path}")
@@ -320,8 +320,8 @@ def _schemas(args) -> int:
 
 
 def _pipeline(args) -> int:
-    from pipeline.app import run
-    from pipeline.settings import PipelineSettings
+    from kip.pipeline.app import run
+    from kip.pipeline.settings import PipelineSettings
 
     overrides = {}
     if args.classes:
@@ -333,8 +333,8 @@ def _pipeline(args) -> int:
 
 
 def _worker(args) -> int:
-    from workers.settings import WorkerSettings
-    from workers.worker import run
+    from kip.workers.settings import WorkerSettings
+    from kip.workers.worker import run
 
     settings = WorkerSettings(**({"model": args.model} if args.model else {}))
     run_until_signal(run(settings))

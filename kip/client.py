@@ -35,19 +35,20 @@ from typing import Any
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from runtime import keys
-from runtime.settings import KipSettings
-from schemas.codec import REQUEST_ID_HEADER, decode, encode, headers, now_ms
-from schemas.envelopes import envelope
-from schemas.errors import InvalidRequest
-from schemas.messages import InferenceRequest, InferenceResult, Priority
-from schemas.result_signatures import ResultKeys, ResultVerifier, request_sha256
-from schemas.signing import sign
-from schemas.tensors import Tensor
-from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS, KafkaConnection
-from topics.fetch_waits import wait_long_when_whole
-from topics.names import TopicNames
-from topics.reading import assign_all, reached, reader_to_end, seek_to_time
+from kip.runtime import keys
+from kip.runtime.settings import KipSettings
+from kip.schemas.codec import REQUEST_ID_HEADER, decode, encode, headers, now_ms
+from kip.schemas.envelopes import envelope
+from kip.schemas.errors import InvalidRequest
+from kip.schemas.messages import InferenceRequest, InferenceResult, Priority
+from kip.schemas.result_signatures import ResultKeys, ResultVerifier, request_sha256
+from kip.schemas.signing import sign
+from kip.schemas.tensors import Tensor
+from kip.transport.clients import HOT_PATH_FETCH_MAX_WAIT_MS, KafkaConnection
+from kip.transport.aiokafka_adapter import refresh_metadata
+from kip.transport.fetch_waits import wait_long_when_whole
+from kip.topics.names import TopicNames
+from kip.transport.reading import assign_all, reached, reader_to_end, seek_to_time
 
 Inputs = list[Tensor] | Mapping[str, np.ndarray | list[str]]
 log = logging.getLogger("kip.client")
@@ -117,7 +118,7 @@ class KipClient:
         self._consumer = self.kafka.consumer(   # results come on any partition
             group_id=None, fetch_max_wait_ms=HOT_PATH_FETCH_MAX_WAIT_MS)
         await self._consumer.start()
-        wait_long_when_whole(self._consumer)   # topics/fetch_waits.py
+        wait_long_when_whole(self._consumer)   # transport/fetch_waits.py
         self.listening_on = self.reply_to or await self._default_reply_topic()
         await self._listen_from_now(self.listening_on)
         self._reader = asyncio.create_task(self._read_results(), name="kip-client-results")
@@ -308,7 +309,7 @@ class KipClient:
         """Where the pipeline sends this tenant's results when a request names no
         ``reply_to``: the tenant's own reply topic where it exists, else the shared one."""
         own = self.names.reply_topic(self.tenant)
-        await self._consumer._client.force_metadata_update()
+        await refresh_metadata(self._consumer)
         return own if self._consumer.partitions_for_topic(own) else self.names.results
 
     async def _listen_from_now(self, topic: str) -> None:

@@ -56,15 +56,15 @@ def add_command(sub) -> None:
 
 
 def _registry():
-    from models.registry import Registry
-    from runtime.settings import KipSettings
+    from kip.models.registry import Registry
+    from kip.runtime.settings import KipSettings
 
     settings = KipSettings()
     return settings, Registry(settings.registry_dir)
 
 
 def _build(args) -> int:
-    from models.export.reference import build_reference
+    from kip.models.export.reference import build_reference
 
     settings, registry = _registry()
     build_reference(registry, force=args.force, fp16=args.fp16)
@@ -76,7 +76,7 @@ def _build(args) -> int:
 
 
 def _list(args) -> int:
-    from models.signing import signatures
+    from kip.models.signing import signatures
 
     _, registry = _registry()
     for alias, target in sorted(registry.aliases().items()):
@@ -87,9 +87,9 @@ def _list(args) -> int:
 
 
 def _sign(args) -> int:
-    from models.signing import sign
-    from runtime import keys
-    from schemas.codec import now_ms
+    from kip.models.signing import sign
+    from kip.runtime import keys
+    from kip.schemas.codec import now_ms
 
     settings, registry = _registry()
     mv = registry.resolve(args.target)
@@ -102,7 +102,7 @@ def _sign(args) -> int:
 def _import(args) -> int:
     import json
 
-    from models.importing import import_onnx
+    from kip.models.importing import import_onnx
 
     settings, registry = _registry()
     fields = json.loads(args.manifest.read_text())
@@ -111,7 +111,7 @@ def _import(args) -> int:
 
 
 def _export(args) -> int:
-    from models.importing import export_torch
+    from kip.models.importing import export_torch
 
     settings, registry = _registry()
     return _published(args, registry, export_torch(registry, args.factory, args.atol))
@@ -130,8 +130,8 @@ def _published(args, registry, mv) -> int:
 
 
 def _verify(args) -> int:
-    from models.signing import verifying_trust
-    from schemas.errors import KipError
+    from kip.models.signing import verifying_trust
+    from kip.schemas.errors import KipError
 
     settings, registry = _registry()
     try:

@@ -50,9 +50,9 @@ def add_command(sub) -> None:
 
 
 def _context():
-    from models.registry import Registry
-    from models.signing import configured_trust
-    from runtime.settings import KipSettings
+    from kip.models.registry import Registry
+    from kip.models.signing import configured_trust
+    from kip.runtime.settings import KipSettings
 
     settings = KipSettings()
     return settings, Registry(settings.registry_dir), configured_trust(settings)
@@ -60,8 +60,8 @@ def _context():
 
 async def history(kafka, names, alias: str) -> list:
     """Every release of ``alias``, oldest first."""
-    from schemas.releases import Release
-    from topics.reading import records_since
+    from kip.schemas.releases import Release
+    from kip.transport.reading import records_since
 
     found = [Release.model_validate_json(r.value) async for r in
              records_since(kafka, names.releases, 0, what="releases topic")
@@ -71,7 +71,7 @@ async def history(kafka, names, alias: str) -> list:
 
 def weighted(registry, trust, target: str, weight: float):
     """``target``'s version with ``weight``, once it verifies as a worker would check it."""
-    from schemas.releases import WeightedVersion
+    from kip.schemas.releases import WeightedVersion
 
     m = registry.resolve(target).manifest
     registry.load(m.name, m.version, trust)   # ModelUnverified: not released
@@ -134,9 +134,9 @@ def _pin(args) -> int:
 
 def _release(settings, args, change) -> int:
     """Read the alias's history, make the next revision with ``change``, publish it."""
-    from pipeline.control import publish_control
-    from schemas.releases import Release
-    from schemas.codec import now_ms
+    from kip.pipeline.control import publish_control
+    from kip.schemas.releases import Release
+    from kip.schemas.codec import now_ms
 
     past = asyncio.run(history(settings.kafka, settings.names, args.alias))
     current = past[-1] if past else None
@@ -151,7 +151,7 @@ def _release(settings, args, change) -> int:
 
 
 def _status(args) -> int:
-    from runtime.settings import KipSettings
+    from kip.runtime.settings import KipSettings
 
     settings = KipSettings()
     past = asyncio.run(history(settings.kafka, settings.names, args.alias))

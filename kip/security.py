@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kip.certs import CertificateAuthority, Issued
-from runtime.files import private_dir, write_private
-from pipeline.access import AccessConfig, ApiKey, TenantPolicy
+from kip.runtime.files import private_dir, write_private
+from kip.pipeline.access import AccessConfig, ApiKey, TenantPolicy
 
 ADMIN, CONTROLLER = "admin", "controller"
 SCRAM_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")

@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import asyncio
 
-from pipeline.access import AccessConfig
-from pipeline.control import ControlState, publish_control, quota_record
-from pipeline.follower import TopicFollower
-from pipeline.quota import Limit, TenantQuota
-from topics.acls import tenant_principal
-from topics.clients import KafkaConnection
-from topics.names import TopicNames
-from topics.quota_admin import Quotas
+from kip.pipeline.access import AccessConfig
+from kip.pipeline.control import ControlState, publish_control, quota_record
+from kip.pipeline.follower import TopicFollower
+from kip.pipeline.quota import Limit, TenantQuota
+from kip.topics.acls import tenant_principal
+from kip.transport.clients import KafkaConnection
+from kip.topics.names import TopicNames
+from kip.transport.quota_admin import Quotas
 
 
 def broker_quotas(access: AccessConfig) -> Quotas:
     """Kafka's client quotas for each tenant's principal, as the access file's
-    ``broker_quota`` says (topics/quota_admin.py)."""
+    ``broker_quota`` says (transport/quota_admin.py)."""
     return {tenant_principal(t).removeprefix("User:"): {
         "producer_byte_rate": float(p.broker_quota.producer_bytes_per_s),
         "request_percentage": float(p.broker_quota.request_percentage)}

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from models.export.checks import compare_with_onnxruntime, export_onnx
-from models.manifest import Manifest
-from models.registry import ModelVersion, Registry
+from kip.models.export.checks import compare_with_onnxruntime, export_onnx
+from kip.models.manifest import Manifest
+from kip.models.registry import ModelVersion, Registry
 
 # ONNX Runtime's type names for the manifest's datatypes
 ORT_TYPES = {"FP32": "tensor(float)", "FP16": "tensor(float16)", "FP64": "tensor(double)",

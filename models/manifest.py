@@ -8,8 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.errors import InvalidRequest
-from schemas.tensors import Datatype, Tensor
+from kip.schemas.errors import InvalidRequest
+from kip.schemas.tensors import Datatype, Tensor
 
 
 class TensorSpec(BaseModel):

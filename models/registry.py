@@ -24,9 +24,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.manifest import Manifest
-from models.signing import ModelSignature, ModelTrust, signatures
-from schemas.errors import ModelNotFound, ModelUnverified
+from kip.models.manifest import Manifest
+from kip.models.signing import ModelSignature, ModelTrust, signatures
+from kip.schemas.errors import ModelNotFound, ModelUnverified
 
 VERSION_CHARS = 16
 

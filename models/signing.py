@@ -30,12 +30,12 @@ from pathlib import Path
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.manifest import Manifest
-from runtime import keys
-from runtime.settings import KipSettings
-from schemas.errors import ModelUnverified
-from schemas.messages import ID_PATTERN
-from schemas.result_signatures import ResultSigningKey, ResultVerifier
+from kip.models.manifest import Manifest
+from kip.runtime import keys
+from kip.runtime.settings import KipSettings
+from kip.schemas.errors import ModelUnverified
+from kip.schemas.messages import ID_PATTERN
+from kip.schemas.result_signatures import ResultSigningKey, ResultVerifier
 
 SCHEME = b"kip-model-v1\n"
 SIGNATURES = "signatures"

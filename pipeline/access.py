@@ -24,10 +24,10 @@ import orjson
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from runtime.files import read_model
-from schemas.errors import Forbidden, Unauthenticated
-from schemas.messages import InferenceRequest, Priority
-from schemas.signing import signature_matches
+from kip.runtime.files import read_model
+from kip.schemas.errors import Forbidden, Unauthenticated
+from kip.schemas.messages import InferenceRequest, Priority
+from kip.schemas.signing import signature_matches
 
 DEFAULT_REPLAY_WINDOW_MS = 5 * 60 * 1000
 

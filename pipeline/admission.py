@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.manifest import Manifest
-from schemas.errors import DeadlineExceeded, InvalidRequest, Overloaded, PayloadTooLarge
-from schemas.messages import InferenceRequest, Priority, priority_of
-from topics.catalogue import MAX_MESSAGE_BYTES
+from kip.models.manifest import Manifest
+from kip.schemas.errors import DeadlineExceeded, InvalidRequest, Overloaded, PayloadTooLarge
+from kip.schemas.messages import InferenceRequest, Priority, priority_of
+from kip.topics.catalogue import MAX_MESSAGE_BYTES
 
 MiB = 1024 * 1024
 # An admitted request travels on as a work item: the request plus its route. The limit

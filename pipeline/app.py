@@ -5,7 +5,7 @@ Delivery: exactly-once for read_committed readers. A round of up to its class's
 most its class's ``round_ms`` after its first event; pipeline/rounds.py) is decided;
 then, for each input partition, one Kafka transaction carries every output of its
 events (work item or result, audit record, dead letter) and the partition's next offset
-for faust's consumer group (topics/transactions.py). faust's own offset commits are switched off
+for faust's consumer group (transport/transactions.py). faust's own offset commits are switched off
 (``TransactionalConsumer``): kip commits offsets only inside those transactions. Why not
 faust's ``exactly_once`` mode: docs/architecture.md.
 
@@ -27,45 +27,41 @@ from pathlib import Path
 
 import faust
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
-from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
+from aiokafka import TopicPartition
 
-from models.registry import Registry
-from models.signing import configured_trust
-from pipeline.access import AccessConfig
-from pipeline.capacity import CapacityView
-from pipeline.claims import Claims
-from pipeline.control import ControlState, apply_telemetry, publish_control
-from pipeline.health import rollbacks
-from schemas.releases import Releases
-from pipeline.decide import decide
-from pipeline.decisions import Context, Decision, Origin, Shed
-from pipeline.intake import CheckedEnvelopes, Screen, UnsignedAllowance, shed_record
-from pipeline.refusals import undecodable
-from pipeline.drain import LeanDrain
-from pipeline.one_loop import OnTheLoop
-from pipeline.follower import TopicFollower
-from pipeline.known_topics import KnownTopics
-from pipeline.quota import Ledger, apply_levels, dump_levels
-from pipeline.replays import SeenRequests
-from pipeline.rounds import rounds
-from pipeline.routing import Router
-from pipeline.settings import PipelineSettings
-from pipeline.work_placement import WorkPlacement
-from runtime import allocator, collector, metrics
-from runtime.files import private_dir
-from schemas.codec import now_ms
-from schemas.errors import Internal
-from schemas.messages import Priority
-from schemas.result_signatures import request_sha256
-from topics.catalogue import MAX_MESSAGE_BYTES
-from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS, INFLATION_BUDGET_BYTES
-from topics.inflation import bound_inflation
-from topics.fetch_waits import wait_long_when_whole
-from topics.outputs import Output, Record, signed_records
-from topics.transactions import Entry, PartitionTransactions
-from topics.txn_steps import transaction_timeout_ms
+from kip.models.registry import Registry
+from kip.models.signing import configured_trust
+from kip.pipeline.access import AccessConfig
+from kip.pipeline.capacity import CapacityView
+from kip.pipeline.claims import Claims
+from kip.pipeline.control import ControlState, apply_telemetry, publish_control
+from kip.pipeline.health import rollbacks
+from kip.schemas.releases import Releases
+from kip.pipeline.decide import decide
+from kip.pipeline.decisions import Context, Decision, Origin, Shed
+from kip.pipeline.intake import CheckedEnvelopes, Screen, UnsignedAllowance, shed_record
+from kip.pipeline.refusals import refuse_undecodable
+from kip.pipeline.faust_adapter import TransactionalConsumer
+from kip.pipeline.follower import TopicFollower
+from kip.pipeline.known_topics import KnownTopics
+from kip.pipeline.quota import Ledger, apply_levels, dump_levels
+from kip.pipeline.replays import SeenRequests
+from kip.pipeline.rounds import rounds
+from kip.pipeline.routing import Router
+from kip.pipeline.settings import PipelineSettings
+from kip.pipeline.work_placement import WorkPlacement
+from kip.runtime import allocator, collector, metrics
+from kip.runtime.files import private_dir
+from kip.schemas.codec import now_ms
+from kip.schemas.errors import Internal
+from kip.schemas.messages import Priority
+from kip.schemas.result_signatures import request_sha256
+from kip.topics.catalogue import MAX_MESSAGE_BYTES
+from kip.transport.clients import INFLATION_BUDGET_BYTES
+from kip.transport.inflation import bound_inflation
+from kip.transport.outputs import Output, Record, signed_records
+from kip.transport.transactions import Entry, PartitionTransactions
+from kip.transport.transactions import transaction_timeout_ms
 
 log = logging.getLogger("kip.pipeline")
 HEALTH_GATE_S = 2.0
@@ -153,7 +149,7 @@ def create_app(settings: PipelineSettings) -> faust.App:
 
 
 def _record_limits(settings: PipelineSettings):
-    """The largest record each topic may inflate to (topics/inflation.py): a request
+    """The largest record each topic may inflate to (transport/inflation.py): a request
     topic's class limit, ``MAX_MESSAGE_BYTES`` elsewhere."""
     limits = {settings.names.requests(p): settings.admission.of(p).max_payload_bytes
               for p in Priority}
@@ -168,43 +164,6 @@ def _faust_dir(settings: PipelineSettings) -> Path:
     """Where faust keeps its (unused: no tables) app directory: under $KIP_HOME, not in
     whatever directory the process was started from."""
     return private_dir(settings.home / "faust")
-
-
-class TransactionalConsumer(LeanDrain, FaustConsumer):
-    """faust's consumer with its offset commits switched off: the admit agent commits
-    each partition's offset inside the transaction that carries its outputs; with
-    fetches that wait at most ``HOT_PATH_FETCH_MAX_WAIT_MS`` (``FetchWaitConsumerThread``);
-    and with a drain that races a halt once per fetch, not per message (``LeanDrain``)."""
-
-    async def _commit(self, offsets) -> bool:
-        return True
-
-    def _new_consumer_thread(self) -> FetchWaitConsumerThread:
-        return FetchWaitConsumerThread(self, loop=self.loop, beacon=self.beacon)
-
-
-class FetchWaitConsumerThread(OnTheLoop, AIOKafkaConsumerThread):
-    """faust's consumer service, run on the agents' event loop rather than in a thread of
-    its own (``OnTheLoop``), its fetches waiting at most ``HOT_PATH_FETCH_MAX_WAIT_MS``
-    for data (faust fixes 1,500 ms; topics/clients.py says why).
-
-    aiokafka keeps one fetch in flight per broker, and leaves out of it the partitions
-    whose fetched records have not been taken yet. Behind a burst of standard requests
-    the fetch in flight therefore often covered only idle partitions, and the broker
-    held it the whole wait while interactive requests arrived on a partition it did not
-    cover: interactive admission took ~0.85 s at p50 in one pipeline process (``kip
-    bench burst --one-pipeline``)."""
-
-    def _create_worker_consumer(self, transport) -> AIOKafkaConsumer:
-        consumer = super()._create_worker_consumer(transport)
-        consumer._fetch_max_wait_ms = HOT_PATH_FETCH_MAX_WAIT_MS   # read by start()
-        return consumer
-
-    async def on_start(self) -> None:
-        """Start the consumer; its fetches that leave no partition out wait long
-        (topics/fetch_waits.py)."""
-        await super().on_start()
-        wait_long_when_whole(self._consumer)
 
 
 def _follow(state: PipelineState):
@@ -261,7 +220,7 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
             chaining=state.sealing.chaining(settings.names.audit),
             keep_begun=priority == Priority.INTERACTIVE)
         placement = WorkPlacement.of_class(priority)
-        app.consumer.screen = state.screen   # sheds before the stream: pipeline/drain.py
+        app.consumer.screen = state.screen   # sheds before the stream: pipeline/faust_adapter.py
         _follow_assignment(app, state, transactions, topic)
         log.info("agent waits for the control and telemetry views")
         await state.ready()
@@ -326,7 +285,7 @@ def decide_safely(payload: bytes, origin: Origin, ctx: Context) -> Decision:
     except Exception as exc:
         log.exception("decide() failed on %s[%d]@%d", origin.topic, origin.partition,
                       origin.offset)
-        return undecodable(payload, origin, Internal(f"pipeline defect: {exc!r}"), ctx,
+        return refuse_undecodable(payload, origin, Internal(f"pipeline defect: {exc!r}"), ctx,
                            request_sha256(payload))
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from schemas.messages import Priority, WorkerTelemetry, priority_of
+from kip.schemas.messages import Priority, WorkerTelemetry, priority_of
 
 STALE_AFTER_MS = 5_000    # workers report every second
 FUTURE_SKEW_MS = 2_000    # clock difference tolerated between a worker and the pipeline

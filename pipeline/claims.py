@@ -6,8 +6,7 @@ replay window (pipeline/replays.py: a request may be issued up to one window ahe
 the clock). Only then may a round decide the partition's requests.
 
 A new assignment is claimed at once, in the background, as a worker's lanes claim
-theirs, so the first request on a partition does not wait for those round trips (~17 ms
-of its admission here, against 2-3 ms for the next ones). A round whose partitions are
+theirs, so the first request on a partition does not wait for those round trips. A round whose partitions are
 still being claimed waits for their claims; one whose claim failed in the background
 claims it again itself, and raises what that raises. A partition revoked while it is
 being claimed stops being claimed before it is forgotten, so ids read for an owner
@@ -22,10 +21,10 @@ from collections.abc import Callable
 
 from aiokafka import TopicPartition
 
-from pipeline.replays import SeenRequests, read_admitted
-from schemas.codec import now_ms
-from topics.clients import KafkaConnection
-from topics.transactions import PartitionTransactions
+from kip.pipeline.replays import SeenRequests, read_admitted
+from kip.schemas.codec import now_ms
+from kip.transport.clients import KafkaConnection
+from kip.transport.transactions import PartitionTransactions
 
 log = logging.getLogger("kip.pipeline")
 

@@ -12,12 +12,12 @@ from collections.abc import Callable
 
 import orjson
 
-from pipeline.capacity import FUTURE_SKEW_MS, CapacityView
-from pipeline.quota import TenantQuota
-from schemas.codec import now_ms
-from schemas.deadletter import valid_model
-from schemas.messages import WorkerTelemetry
-from topics.clients import KafkaConnection
+from kip.pipeline.capacity import FUTURE_SKEW_MS, CapacityView
+from kip.pipeline.quota import TenantQuota
+from kip.schemas.codec import now_ms
+from kip.schemas.deadletter import valid_model
+from kip.schemas.messages import WorkerTelemetry
+from kip.transport.clients import KafkaConnection
 
 
 class ControlState:

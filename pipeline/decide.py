@@ -6,7 +6,7 @@ unit-tested without Kafka. ``pipeline.app`` is the thin faust adapter around it.
 
 Order, cheapest first (pipeline/intake.py says why): the message's sha256 and its
 envelope (who sent it) -> a message no tenant provably sent, or one its compressed
-batch left unread (topics/inflation.py), is answered within its key's allowance or shed
+batch left unread (transport/inflation.py), is answered within its key's allowance or shed
 -> not a replay -> the tenant's quota -> its request partition -> size ->
 decode+validate -> the body names its envelope's tenant, key and id -> reply_to and
 class checks -> authenticate the body -> reply_to owned by the tenant -> authorize ->
@@ -23,22 +23,22 @@ rejection of a replayed copy for it. A forwarded work item is stamped
 
 from __future__ import annotations
 
-from pipeline.access import authenticate, authorize, may_use
-from pipeline.admission import (check_deadline, check_payload_size, check_request_limits,
-                                check_wait, effective_deadline)
-from pipeline.decisions import (STAGE, Context, Decision, Forward, Message, Origin,
-                                check_reply_to, class_of, reply_topic_for)
-from pipeline.intake import placement, sent_by
-from pipeline.refusals import reject, undecodable, unparsed, unsigned
-from schemas.codec import MODEL_HEADER, REQUEST_ID_HEADER, decode
-from schemas.envelopes import Sender
-from schemas.errors import (DuplicateRequest, Forbidden, InvalidRequest, KipError,
-                            ModelNotFound, ModelUnavailable, ModelUnverified, Overloaded)
-from schemas.messages import InferenceRequest, Priority, Route
-from schemas.outcomes import audit_record
-from schemas.result_signatures import request_sha256
-from schemas.work_items import encode_work_item
-from topics.inflation import UNREAD_HEADER
+from kip.pipeline.access import authenticate, authorize, may_use
+from kip.pipeline.admission import (check_deadline, check_payload_size, check_request_limits,
+                                    check_wait, effective_deadline)
+from kip.pipeline.decisions import (STAGE, Context, Decision, Forward, Message, Origin,
+                                    check_reply_to, class_of, reply_topic_for)
+from kip.pipeline.intake import placement, sent_by
+from kip.pipeline.refusals import refuse_undecodable, reject, unparsed, unsigned
+from kip.schemas.codec import MODEL_HEADER, REQUEST_ID_HEADER, decode
+from kip.schemas.envelopes import Sender
+from kip.schemas.errors import (DuplicateRequest, Forbidden, InvalidRequest, KipError,
+                                ModelNotFound, ModelUnavailable, ModelUnverified, Overloaded)
+from kip.schemas.messages import InferenceRequest, Priority, Route
+from kip.schemas.endings import audit_record
+from kip.schemas.result_signatures import request_sha256
+from kip.schemas.work_items import encode_work_item
+from kip.transport.inflation import UNREAD_HEADER
 
 
 def decide(payload: bytes, origin: Origin, ctx: Context) -> Decision:
@@ -55,7 +55,7 @@ def decide(payload: bytes, origin: Origin, ctx: Context) -> Decision:
     try:
         request = decode(InferenceRequest, payload)
     except InvalidRequest as err:
-        return undecodable(payload, origin, err, ctx, digest, sender)
+        return refuse_undecodable(payload, origin, err, ctx, digest, sender)
     if (request.tenant, request.key_id, request.request_id) != \
             (sender.tenant, sender.key_id, sender.request_id):
         err = InvalidRequest("the request's tenant, key_id and request_id must be the ones "

@@ -1,5 +1,5 @@
 """What the pipeline's decision for a message reads and what it may be: the context of a
-round, where a message came from, and the three outcomes (``Forward`` to a worker,
+round, where a message came from, and the three decisions (``Forward`` to a worker,
 ``Reject`` with a result, or ``Shed`` unanswered), with where each result goes."""
 
 from __future__ import annotations
@@ -10,23 +10,23 @@ from functools import cached_property, lru_cache
 
 from aiokafka import TopicPartition
 
-from pipeline.access import DEFAULT_REPLAY_WINDOW_MS, AccessConfig
-from pipeline.admission import AdmissionPolicy
-from pipeline.capacity import CapacityView
-from pipeline.intake import CheckedEnvelopes, UnsignedAllowance
-from pipeline.quota import Ledger
-from pipeline.replays import SeenRequests
-from pipeline.routing import Router
-from pipeline.work_placement import WorkPlacement
-from schemas.codec import decode, type_headers
-from schemas.envelopes import Sender
-from schemas.errors import InvalidRequest
-from schemas.messages import (AuditRecord, DeadLetterRecord, InferenceRequest,
-                              InferenceResult, Priority, WorkItem)
-from schemas.outcomes import Coordinates
-from schemas.stamps import StampKeys
-from topics.names import TopicNames
-from topics.outputs import Encoded, Output, ending
+from kip.pipeline.access import DEFAULT_REPLAY_WINDOW_MS, AccessConfig
+from kip.pipeline.admission import AdmissionPolicy
+from kip.pipeline.capacity import CapacityView
+from kip.pipeline.intake import CheckedEnvelopes, UnsignedAllowance
+from kip.pipeline.quota import Ledger
+from kip.pipeline.replays import SeenRequests
+from kip.pipeline.routing import Router
+from kip.pipeline.work_placement import WorkPlacement
+from kip.schemas.codec import decode, type_headers
+from kip.schemas.envelopes import Sender
+from kip.schemas.errors import InvalidRequest
+from kip.schemas.messages import (AuditRecord, DeadLetterRecord, InferenceRequest,
+                                  InferenceResult, Priority, WorkItem)
+from kip.schemas.endings import Coordinates
+from kip.schemas.stamps import StampKeys
+from kip.topics.names import TopicNames
+from kip.transport.outputs import Encoded, Output, ending
 
 STAGE = "pipeline"
 
@@ -102,7 +102,7 @@ class Forward:
 
     def outputs(self, names: TopicNames) -> list[Output | Encoded]:
         trace = self.audit.traceparent
-        # keyed by its request id, as key_of keys work items (topics/outputs.py)
+        # keyed by its request id, as key_of keys work items (transport/outputs.py)
         work = Encoded(self.topic, self.audit.request_id.encode(), self.work,
                        type_headers(WorkItem, trace), self.partition)
         return [work, Output(names.audit, self.audit, trace)]

@@ -11,10 +11,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from runtime import metrics
-from topics.clients import KafkaConnection
-from topics.fetch_waits import FOLLOWING_FETCH_MAX_WAIT_MS, wait_long_when_whole
-from topics.reading import assign_all, reached, reader_to_end
+from kip.runtime import metrics
+from kip.transport.clients import KafkaConnection
+from kip.transport.fetch_waits import FOLLOWING_FETCH_MAX_WAIT_MS, wait_long_when_whole
+from kip.transport.reading import assign_all, reached, reader_to_end
 
 log = logging.getLogger("kip.pipeline")
 Apply = Callable[[bytes | None, bytes | None], None]

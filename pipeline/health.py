@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.capacity import CapacityView, live
-from schemas.releases import Release, Releases, WeightedVersion
-from schemas.messages import VersionHealth
+from kip.pipeline.capacity import CapacityView, live
+from kip.schemas.releases import Release, Releases, WeightedVersion
+from kip.schemas.messages import VersionHealth
 
 GATE = "pipeline health gate"
 

@@ -26,16 +26,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.access import AccessConfig
-from pipeline.admission import AdmissionPolicy
-from pipeline.quota import Bucket
-from runtime import metrics
-from schemas.codec import REQUEST_ID_HEADER
-from schemas.envelopes import Sender, sender
-from schemas.errors import Unauthenticated
-from schemas.messages import AuditRecord
-from schemas.result_signatures import request_sha256
-from topics.partitioning import key_partition
+from kip.pipeline.access import AccessConfig
+from kip.pipeline.admission import AdmissionPolicy
+from kip.pipeline.quota import Bucket
+from kip.runtime import metrics
+from kip.schemas.codec import REQUEST_ID_HEADER
+from kip.schemas.envelopes import Sender, sender
+from kip.schemas.errors import Unauthenticated
+from kip.schemas.messages import AuditRecord
+from kip.schemas.result_signatures import request_sha256
+from kip.transport.partitioning import key_partition
 
 NO_TENANT = ""   # the allowance shared by keys that name no tenant
 MAX_GRANTED = 100_000   # answers the allowance remembers per message, at most
@@ -86,9 +86,9 @@ class CheckedEnvelopes:
 @dataclass
 class Screen:
     """What the pipeline's drain asks of each message before faust's stream takes it
-    (pipeline/drain.py): a message no tenant provably sent, past its key's allowance, is
+    (pipeline/faust_adapter.py): a message no tenant provably sent, past its key's allowance, is
     shed right there, for a hash and an HMAC, instead of costing the stream's per-event
-    machinery and a round's place (~150 µs of CPU an event here). A flood of tiny
+    machinery and a round's place, which cost more than all of this. A flood of tiny
     unsigned messages aimed at a victim's request partition otherwise queued thousands
     in front of its requests. What it sheds is counted, and named in the shed record
     of its partition's next round (``take_shed``)."""

@@ -8,8 +8,8 @@ Reply topics and work topics are checked against this view before a request is r
 Only the first read is waited for: once, by every caller that comes before it ends (a
 second caller would otherwise ask the admin client for the list before it has started).
 After it a background task reads the list again every ``max_age_s``, and a round uses
-the view it has: a metadata request costs 1-5 ms on a busy broker, and a round that
-waited for one every ``max_age_s`` carried it. A topic created meanwhile is seen within
+the view it has: a metadata request takes milliseconds on a busy broker, and a round
+that waited for one every ``max_age_s`` carried them. A topic created meanwhile is seen within
 ``max_age_s`` and one read, busy or idle; a read that fails keeps the view it had, and
 the next one tries again.
 
@@ -26,7 +26,7 @@ import time
 
 from aiokafka.admin import AIOKafkaAdminClient
 
-from topics.clients import KafkaConnection
+from kip.transport.clients import KafkaConnection
 
 log = logging.getLogger("kip.pipeline")
 

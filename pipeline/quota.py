@@ -20,7 +20,7 @@ import orjson
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.errors import QuotaExceeded
+from kip.schemas.errors import QuotaExceeded
 
 
 SKEW_MS = 2_000   # how far ahead of this clock another pipeline's clock may run

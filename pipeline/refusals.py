@@ -15,19 +15,19 @@ Where an ending goes and under which id depends on what is known of its sender:
 
 from __future__ import annotations
 
-from schemas.codec import MODEL_HEADER
-from schemas.deadletter import fallback_request_id, valid_model
-from schemas.envelopes import ENVELOPE_HEADER, Sender
-from schemas.errors import (DuplicateRequest, InvalidRequest, KipError, PayloadTooLarge,
-                            Unauthenticated)
-from schemas.messages import AuditRecord, InferenceResult, Status, Timings
-from schemas.outcomes import audit_record, error_info, status_of
-from schemas.outcomes import undecodable as undecodable_ending
+from kip.schemas.codec import MODEL_HEADER
+from kip.schemas.deadletter import fallback_request_id, valid_model
+from kip.schemas.envelopes import ENVELOPE_HEADER, Sender
+from kip.schemas.errors import (DuplicateRequest, InvalidRequest, KipError, PayloadTooLarge,
+                                Unauthenticated)
+from kip.schemas.messages import AuditRecord, InferenceResult, Status, Timings
+from kip.schemas.endings import audit_record, error_info, status_of
+from kip.schemas.endings import undecodable_ending
 
-from pipeline.access import AccessConfig
-from pipeline.decisions import (STAGE, Context, Message, Origin, Reject, Shed, class_of,
-                                reply_topic_for)
-from pipeline.intake import allowance_key
+from kip.pipeline.access import AccessConfig
+from kip.pipeline.decisions import (STAGE, Context, Message, Origin, Reject, Shed, class_of,
+                                    reply_topic_for)
+from kip.pipeline.intake import allowance_key
 
 
 def unsigned(payload: bytes, origin: Origin, digest: str, unread: str | None,
@@ -60,7 +60,7 @@ def envelope_problem(origin: Origin, access: AccessConfig) -> str:
 
 
 def unread_error(why: str, origin: Origin, ctx: Context) -> KipError:
-    """Why a record came unread out of its compressed batch (topics/inflation.py)."""
+    """Why a record came unread out of its compressed batch (transport/inflation.py)."""
     kind, _, seen = why.partition(" ")
     priority = class_of(origin.topic, ctx)
     if kind == "too-large":
@@ -97,7 +97,7 @@ def unparsed(origin: Origin, err: KipError, ctx: Context, digest: str | None, si
     return Reject(reply_topic_for(None, tenant, ctx), result, audit)
 
 
-def undecodable(payload: bytes, origin: Origin, err: KipError, ctx: Context, digest: str,
+def refuse_undecodable(payload: bytes, origin: Origin, err: KipError, ctx: Context, digest: str,
                 sender: Sender | None = None) -> Reject:
     """A message that is not a valid request: result, final audit record and dead letter
     (which keeps the envelope, so that a replay of it is the sender's message again)."""

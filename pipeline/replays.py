@@ -22,8 +22,8 @@ id, and an unauthenticated message never takes an id from its tenant.
 Ids are forgotten a bucket at a time: each is filed under its ``issued_at_ms`` rounded
 down to ``BUCKET_MS``, and a bucket goes once all of it is older than the window, so an
 id is kept for the window and at most ``BUCKET_MS`` more. Forgetting costs the ids
-forgotten, not all the window holds: a pass over every id (600,000 of them at 2,000
-requests/s) held the event loop ~0.2 s, and every request of the process waited on it.
+forgotten, not all the window holds: a pass over every id of a busy window held the
+event loop long enough for every request of the process to wait on it.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ import logging
 
 from aiokafka import TopicPartition
 
-from runtime import metrics
-from schemas.errors import DuplicateRequest
-from schemas.messages import InferenceRequest
-from topics.clients import KafkaConnection
-from topics.outputs import Record
-from topics.id_records import id_records, parse_id_record
-from topics.reading import partition_since
+from kip.runtime import metrics
+from kip.schemas.errors import DuplicateRequest
+from kip.schemas.messages import InferenceRequest
+from kip.transport.clients import KafkaConnection
+from kip.transport.outputs import Record
+from kip.transport.id_records import id_records, parse_id_record
+from kip.transport.reading import partition_since
 
 log = logging.getLogger("kip.pipeline")
 Key = tuple[str, str]   # (tenant, request id)

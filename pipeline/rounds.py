@@ -29,6 +29,8 @@ from collections.abc import AsyncIterator
 
 import faust
 
+from kip.pipeline.faust_adapter import drain_in_background, remove_processor
+
 GATHER_PASSES = 3   # passes of the loop a round waits for the drainer to add one more
 GATHER_MAX_S = 0.002   # the longest a round gathers what is there
 
@@ -88,7 +90,7 @@ async def rounds(stream: faust.StreamT, max_: int, within_s: float,
 
     enable_acks, stream.enable_acks = stream.enable_acks, False   # acked after the round
     stream.add_processor(add)
-    stream._enable_passive(stream.channel)   # as take_events: drain in the background
+    drain_in_background(stream)   # as take_events does
     try:
         while not stream.should_stop:
             await lanes.arrived.wait()   # no timer while idle
@@ -106,7 +108,7 @@ async def rounds(stream: faust.StreamT, max_: int, within_s: float,
                     await stream.ack(event)
     finally:
         stream.enable_acks = enable_acks
-        stream._processors.remove(add)
+        remove_processor(stream, add)
 
 
 async def _take_what_is_there(lanes: Lanes) -> None:
@@ -115,7 +117,7 @@ async def _take_what_is_there(lanes: Lanes) -> None:
     by (under a steady stream a pass always adds one more: the round must not wait to
     fill). A round closed at its first event, as an interactive one (``within_s`` 0)
     did, held one event under a backlog: each round costs a transaction per partition,
-    so a flood of interactive messages capped the class at ~270 a second here, and
+    so a flood of interactive messages capped the class at a few hundred a second, and
     every request behind it waited (``kip bench flood``). Idle, this costs a round
     ``GATHER_PASSES`` passes."""
     loop = asyncio.get_running_loop()

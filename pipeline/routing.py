@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import time
 
-from models.manifest import Manifest
-from models.registry import Registry
-from models.signing import ModelTrust, signatures
-from schemas.releases import Releases
-from runtime import metrics
-from schemas.errors import ModelNotFound, ModelUnverified
-from schemas.messages import Route
+from kip.models.manifest import Manifest
+from kip.models.registry import Registry
+from kip.models.signing import ModelTrust, signatures
+from kip.schemas.releases import Releases
+from kip.runtime import metrics
+from kip.schemas.errors import ModelNotFound, ModelUnverified
+from kip.schemas.messages import Route
 
 
 class Router:

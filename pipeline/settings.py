@@ -6,11 +6,11 @@ from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
-from pipeline.access import DEFAULT_REPLAY_WINDOW_MS
-from pipeline.admission import AdmissionPolicy
-from pipeline.health import HealthLimits
-from runtime.settings import KipSettings
-from schemas.messages import PRIORITIES, Priority
+from kip.pipeline.access import DEFAULT_REPLAY_WINDOW_MS
+from kip.pipeline.admission import AdmissionPolicy
+from kip.pipeline.health import HealthLimits
+from kip.runtime.settings import KipSettings
+from kip.schemas.messages import PRIORITIES, Priority
 
 # A round closes this long after its first event (or when full): an interactive round
 # takes what has arrived and goes (under load one fetch brings many at once anyway); a

@@ -4,7 +4,7 @@ that partition, whose owner answers each request id once (workers/single_use.py)
 
 One partition per work topic, drawn at random, kept for ``keep_ms``: a transaction then
 touches one partition of each work topic, as kip's transactions do for topics placed by
-no key (topics/transactions.py), and an interactive pipeline, which keeps its next
+no key (transport/transactions.py), and an interactive pipeline, which keeps its next
 transaction begun with the partitions of its last, finds it begun with the right one.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 
-from schemas.messages import Priority
+from kip.schemas.messages import Priority
 
 INTERACTIVE_KEEP_MS = 1000
 

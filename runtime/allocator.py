@@ -4,34 +4,33 @@ much freed memory stays with the process.
 By default glibc serves blocks above its mmap threshold (128 KiB) with mappings of their
 own, given back when freed, but raises the threshold each time such a block is freed, up
 to 32 MiB. A process that reads megabyte-sized messages (up to 8 MiB here) soon takes
-them from its heap instead, which keeps whatever the worst mix of them left behind: a
-pipeline fed malformed and oversized messages settled at ~123 MiB instead of ~94 MiB, at
-a level set by how they happened to arrive together (docs/benchmarks.md). The pipeline
+them from its heap instead, which keeps whatever the worst mix of them left behind, at a
+level set by how they happened to arrive together. The pipeline
 therefore pins the threshold as it starts (``pin_mmap_threshold``), before it reads
 anything. A worker does not: its every fetch and batch is a large buffer, and a fresh
-mapping for each cost a fifth of its goodput under overload (``kip bench load``); it
-only keeps freed heap (below, which moves the threshold to 1 MiB).
+mapping for each cost goodput under overload (``kip bench load``); it only keeps freed
+heap (below, which moves the threshold to 1 MiB).
 
 A stage allocates a batch's messages together and frees them together once the batch's
 transaction commits. With glibc's defaults, whenever more than 128 KiB at the top of the
 heap is free (``M_TRIM_THRESHOLD``) it is given back to the system, and the next batch
-takes the same pages back, each a page fault. In a worker's pattern (two pulls of a few
-hundred requests alive, a result and an audit record each) orjson's encoding took ~3 µs
-a message instead of ~1.4 µs, most of it that round trip (docs/benchmarks.md).
+takes the same pages back, each a page fault: in a worker's pattern (two pulls of a few
+hundred requests alive, a result and an audit record each) that round trip was most of
+what encoding a message cost.
 
 ``keep_freed`` raises the trim threshold to ``KEEP_BYTES``: up to that much freed memory
 stays with the process for its next batch (and in its resident size: a pipeline flooded
 with oversized messages must come back within 32 MiB of where it started,
 tests/e2e/test_admission.py). Setting it turns off glibc's sliding threshold for serving
 a large block by a mapping of its own (128 KiB at first, raised to the size of each such
-block freed), and a 256 KiB buffer then cost ~180 µs each time instead of ~7 (a fresh
-mapping, every page faulted in). So blocks under ``MMAP_ABOVE_BYTES`` come from the
+block freed), and every buffer past 128 KiB would then be a fresh mapping, each page
+faulted in each time. So blocks under ``MMAP_ABOVE_BYTES`` come from the
 heap; larger ones (oversized payloads, large fetch responses) get mappings of their own,
 given back as soon as they are freed, whenever the heap has no free block that size.
 
 When it has one (the kept 16 MiB, or the holes a burst of large messages leaves), glibc
 serves a large block from the heap, and the holes stay resident: a pipeline flooded
-with 1 MiB messages grew by up to 110 MiB from one flood to the next. A stage that
+with 1 MiB messages grew from one flood to the next. A stage that
 reads large messages therefore counts them (``LargeMessages``), and once
 ``GIVE_BACK_AFTER_BYTES`` of them have passed it gives the free pages back
 (``give_back``: glibc's ``malloc_trim``, which also returns the pages of free blocks

@@ -48,7 +48,7 @@ def read_model(cls, path: Path, missing: str, what: str):
     each bad field by its place, never its value (these files hold secrets)."""
     from pydantic import ValidationError
 
-    from schemas.codec import describe
+    from kip.schemas.codec import describe
 
     if not Path(path).exists():
         raise UnusableFile(missing)

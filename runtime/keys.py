@@ -17,10 +17,10 @@ from pathlib import Path
 import orjson
 from pydantic import BaseModel
 
-from runtime.files import UnusableFile, read_model, write_private
-from schemas.pseudonyms import PseudonymKey
-from schemas.result_signatures import ResultKeys, ResultSigningKey
-from schemas.stamps import StampKeys
+from kip.runtime.files import UnusableFile, read_model, write_private
+from kip.schemas.pseudonyms import PseudonymKey
+from kip.schemas.result_signatures import ResultKeys, ResultSigningKey
+from kip.schemas.stamps import StampKeys
 
 
 MissingKey = UnusableFile   # what the loaders below raise

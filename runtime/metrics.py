@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import bisect
 import collections
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from schemas.messages import AuditRecord
+from kip.runtime.prometheus_adapter import observe_all
+from kip.schemas.messages import AuditRecord
 
 _LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                       2.5, 5.0, 10.0, 30.0)
@@ -103,18 +103,3 @@ def observe_latencies(results: Sequence[Latencies], model: str) -> None:
                     [t.queue_ms / 1000 for t in timings if t.queue_ms is not None])
         observe_all(LATENCY.labels("batch_wait", *labels),
                     [t.batch_wait_ms / 1000 for t in timings if t.batch_wait_ms is not None])
-
-
-def observe_all(histogram: Histogram, amounts: list[float]) -> None:
-    """``histogram.observe`` of each amount, with one update per bucket they fall in: a
-    worker batch's hundreds of latencies land in a few buckets, and ``observe`` locks
-    and updates the sum and a bucket for each (~1.5 µs). It reads the histogram's bucket
-    bounds and values, which prometheus-client keeps private:
-    tests/runtime/test_metrics.py checks it against ``observe``."""
-    if not amounts:
-        return
-    bounds, buckets = histogram._upper_bounds, histogram._buckets
-    for index, count in collections.Counter(
-            bisect.bisect_left(bounds, amount) for amount in amounts).items():
-        buckets[index].inc(count)   # the first bucket whose bound is >= the amount
-    histogram._sum.inc(sum(amounts))

@@ -14,12 +14,12 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from runtime import keys
-from schemas.pseudonyms import PseudonymKey
-from schemas.stamps import StampKeys
-from topics.clients import KafkaConnection, SaslMechanism, SecurityProtocol
-from topics.names import TopicNames
-from topics.outputs import Sealing
+from kip.runtime import keys
+from kip.schemas.pseudonyms import PseudonymKey
+from kip.schemas.stamps import StampKeys
+from kip.transport.clients import KafkaConnection, SaslMechanism, SecurityProtocol
+from kip.topics.names import TopicNames
+from kip.transport.outputs import Sealing
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 

@@ -1,7 +1,7 @@
 """Tamper evidence for the governance topic: audit records linked into hash chains.
 
 Each writer of audit records (a stage's transactional producer for one input partition,
-``topics.transactions``) keeps one chain. Every audit record it writes carries the header
+``transport.transactions``) keeps one chain. Every audit record it writes carries the header
 
     kip-chain: <chain id> <seq> <prev>
 

@@ -1,6 +1,6 @@
 """Dead-letter records for messages kip could not use, and what can be read off them.
 
-A record is built with the first 64 KiB of the payload; ``topics.outputs.Sealing`` drops
+A record is built with the first 64 KiB of the payload; ``transport.outputs.Sealing`` drops
 them before it is written unless the operator keeps payloads. Its size and sha256 stay.
 """
 
@@ -12,8 +12,8 @@ import re
 
 import orjson
 
-from schemas.errors import KipError
-from schemas.messages import ID_PATTERN, MODEL_PATTERN, DeadLetterRecord
+from kip.schemas.errors import KipError
+from kip.schemas.messages import ID_PATTERN, MODEL_PATTERN, DeadLetterRecord
 
 PAYLOAD_KEPT_BYTES = 64 * 1024
 _ID = re.compile(ID_PATTERN)

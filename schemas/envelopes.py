@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from schemas.messages import ID_PATTERN
+from kip.schemas.messages import ID_PATTERN
 
 _ID = re.compile(ID_PATTERN)
 ENVELOPE_HEADER = "kip-envelope"

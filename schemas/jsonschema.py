@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from schemas.codec import MESSAGE_TYPES
+from kip.schemas.codec import MESSAGE_TYPES
 
 
 def schema_documents() -> dict[str, str]:

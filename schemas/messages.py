@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from schemas.tensors import Tensor
+from kip.schemas.tensors import Tensor
 
 SCHEMA_VERSION = 1
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$"   # request ids, tenants, key ids

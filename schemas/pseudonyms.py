@@ -17,7 +17,7 @@ import secrets
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from schemas.messages import ID_PATTERN
+from kip.schemas.messages import ID_PATTERN
 
 KINDS = ("tenant", "key_id")
 

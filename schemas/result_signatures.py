@@ -16,8 +16,7 @@ the path from it to that root:
 
 Signing costs the worker one signature per batch instead of one per result, and a client
 verifies each signature it sees once (``ResultVerifier`` remembers the batches it has
-verified); checking a result's path is a few sha256 calls. docs/benchmarks.md has the
-figures.
+verified); checking a result's path is a few sha256 calls.
 
 Clients hold the deployment's public keys (``ResultKeys``); the private key
 (``ResultSigningKey``) stays with the pipeline and the workers. A result also names the
@@ -27,7 +26,7 @@ a request id) answers nothing the client sent. docs/protocol.md shows both check
 
 Why Ed25519 and not an HMAC per tenant: a client can verify without being able to sign,
 the workers never hold tenants' secrets, and one key covers results of messages that
-named no real tenant. It costs ~20 µs to sign and ~60 µs to verify (docs/benchmarks.md).
+named no real tenant (``kip bench checks`` prints what signing and verifying cost).
 
 The same key seals the audit chains (schemas/audit_chain.py), under a scheme line of
 their own.
@@ -45,8 +44,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from schemas import merkle
-from schemas.messages import ID_PATTERN
+from kip.schemas import merkle
+from kip.schemas.messages import ID_PATTERN
 
 SIGNATURE_HEADER = "kip-signature"
 RESULT_SCHEME = b"kip-result-v1\n"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from schemas.tensors import Tensor
+from kip.schemas.tensors import Tensor
 
 SIGNATURE_SCHEME = "kip-request-v1"
 

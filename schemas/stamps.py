@@ -24,9 +24,9 @@ import secrets
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from schemas.errors import Unauthenticated
-from schemas.messages import ID_PATTERN, InferenceRequest, Route, WorkItem, WorkStamp
-from schemas.signing import body_sha256
+from kip.schemas.errors import Unauthenticated
+from kip.schemas.messages import ID_PATTERN, InferenceRequest, Route, WorkItem, WorkStamp
+from kip.schemas.signing import body_sha256
 
 STAMP_SCHEME = "kip-work-v2"
 

@@ -23,7 +23,7 @@ import numpy as np
 import pybase64
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schemas.trusted import built
+from kip.schemas.pydantic_adapter import built
 
 Datatype = Literal["BOOL", "UINT8", "INT8", "INT16", "INT32", "INT64",
                    "FP16", "FP32", "FP64", "BYTES"]
@@ -218,7 +218,7 @@ class Tensor(BaseModel):
 def output_documents(name: str, array: np.ndarray, bounds: list[int]) -> list[dict]:
     """What ``Tensor.of_outputs`` makes of a batch's output, each tensor as its JSON
     document (its fields, absent ones left out) instead of a model: what a worker writes
-    into the results it serves (workers/outcome.py ``served``), where a model per
+    into the results it serves (workers/endings.py ``served``), where a model per
     tensor would only be encoded again."""
     arr = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
     if not _raw_form(array, arr):
@@ -264,9 +264,8 @@ def _b64encode(data: bytes) -> str:
 def _b64decode(raw: str) -> bytes:
     """Strict base64: RFC 4648's alphabet, and padding only where a last partial group
     needs it. pybase64 decodes with the CPU's vector instructions; CPython's binascii
-    goes a byte at a time, ~25x slower on an 8 KiB tensor and ~45x on an image-sized
-    one, and a tensor is decoded by the pipeline, by the worker, and by the client of
-    its result (figures: docs/benchmarks.md). It refuses one string that binascii's
+    goes a byte at a time, and a tensor is decoded by the pipeline, by the worker, and
+    by the client of its result. It refuses one string that binascii's
     strict mode accepts: padding after a whole group (``QUJD=``), which no encoder
     writes."""
     try:

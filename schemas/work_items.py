@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import orjson
 
-from schemas.messages import SCHEMA_VERSION, InferenceRequest, Route
-from schemas.stamps import StampKeys, canonical_fields, stamp_mac
+from kip.schemas.messages import SCHEMA_VERSION, InferenceRequest, Route
+from kip.schemas.stamps import StampKeys, canonical_fields, stamp_mac
 
 
 def encode_work_item(payload: bytes, request: InferenceRequest, route: Route, *,

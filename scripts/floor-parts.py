@@ -28,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from devkit import floors   # noqa: E402
-from devkit.stack import _own_broker   # noqa: E402
-from topics.clients import KafkaConnection   # noqa: E402
+from kip.devkit import floors   # noqa: E402
+from kip.devkit.stack import _own_broker   # noqa: E402
+from kip.transport.clients import KafkaConnection   # noqa: E402
 
 VARIANTS = ("in process", "own process", "faust", "faust, kip's consumer", "side records")
 WARM_UP_TRIPS = 20   # each variant's: its hops' first transactions and fetches

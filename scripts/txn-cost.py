@@ -13,10 +13,10 @@ from pathlib import Path
 
 from aiokafka import TopicPartition
 
-from devkit.broker import LocalBroker, free_port
-from devkit.cpu import cpu_us
-from topics.admin import apply
-from topics.catalogue import TopicSpec
+from kip.devkit.broker import LocalBroker, free_port
+from kip.devkit.cpu import cpu_us
+from kip.transport.admin import apply
+from kip.topics.catalogue import TopicSpec
 
 SHAPES = [(200, 1, 1, True), (200, 100, 1, True), (200, 1, 1, False), (100, 300, 3, True)]
 

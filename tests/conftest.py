@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from devkit.broker import LocalBroker, free_port
-from models.export.reference import build_reference
-from models.registry import Registry
+from kip.devkit.broker import LocalBroker, free_port
+from kip.models.export.reference import build_reference
+from kip.models.registry import Registry
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from aiokafka import TopicPartition
 from aiokafka.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
 
-from topics.clients import KafkaConnection
+from kip.transport.clients import KafkaConnection
 
 R, W = "read", "write"
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.access import AccessConfig
+from kip.pipeline.access import AccessConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = Path(__file__).resolve().parent / "compose-spec.json"   # copy of shared/compose

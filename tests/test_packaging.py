@@ -5,14 +5,39 @@ from __future__ import annotations
 import re
 import tomllib
 
-from devkit.layers import RANK
+from kip.devkit.layers import RANK
 from tests.conftest import repo_root
 
 
-def test_every_package_is_in_the_wheel():
-    pyproject = tomllib.loads((repo_root() / "pyproject.toml").read_text())
-    include = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
-    assert {pattern.rstrip("*") for pattern in include} == set(RANK)
+def test_every_package_is_in_the_wheel_under_kip():
+    """Each folder installs as ``kip.<folder>``, each of its subpackages too."""
+    setuptools = tomllib.loads((repo_root() / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setuptools["package-dir"] == {
+        "kip" if layer == "kip" else f"kip.{layer}": layer for layer in RANK}
+    folders = {init.parent.relative_to(repo_root()) for layer in RANK
+               for init in (repo_root() / layer).rglob("__init__.py")}
+    assert set(setuptools["packages"]) == {
+        ".".join(["kip", *f.parts[1:]] if f.parts[0] == "kip" else ["kip", *f.parts])
+        for f in folders}
+
+
+def test_the_wheel_puts_nothing_beside_kip(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+    source = tmp_path / "source"   # a copy: a checkout's stale build/ would go in too
+    for layer in RANK:
+        shutil.copytree(repo_root() / layer, source / layer,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(repo_root() / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path), str(source)], check=True, capture_output=True)
+    [wheel] = tmp_path.glob("kip-*.whl")
+    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert {top for top in tops if not top.endswith(".dist-info")} == {"kip"}
+    assert "kip/transport/aiokafka_adapter.py" in zipfile.ZipFile(wheel).namelist()
 
 
 def test_every_package_is_copied_into_the_image():
@@ -24,7 +49,7 @@ def test_every_package_is_copied_into_the_image():
 def test_devkit_commands_are_registered_with_the_cli():
     pyproject = tomllib.loads((repo_root() / "pyproject.toml").read_text())
     assert pyproject["project"]["entry-points"]["kip.commands"] == {
-        "devkit": "devkit.commands:add_commands"}
+        "devkit": "kip.devkit.commands:add_commands"}
 
 
 def test_every_image_stage_ends_as_a_user_that_is_not_root():

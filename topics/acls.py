@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
-from schemas.messages import PRIORITIES, Priority
-from topics.names import TopicNames
+from kip.schemas.messages import PRIORITIES, Priority
+from kip.topics.names import TopicNames
 
 
 class Resource(IntEnum):   # Kafka's resource types

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from schemas.messages import PRIORITIES
-from topics.names import TopicNames
+from kip.schemas.messages import PRIORITIES
+from kip.topics.names import TopicNames
 
 DAY_MS = 24 * 3600 * 1000
 # Kept well past any replay window a deployment would set (the default is 5 minutes).

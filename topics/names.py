@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.messages import PRIORITIES, Priority, priority_of
+from kip.schemas.messages import PRIORITIES, Priority, priority_of
 
 
 @dataclass(frozen=True)

@@ -20,21 +20,21 @@ from functools import partial
 from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from runtime import metrics
-from schemas.codec import decode, now_ms
-from schemas.errors import DeadlineExceeded, Internal, InvalidRequest, KipError
-from schemas.messages import WorkItem
-from schemas.stamps import StampKeys, check_stamp
-from topics.names import TopicNames
-from topics.outputs import Document, Output
-from workers.batching import ChunkRun, Stages, group_by, run_group
-from workers.checks import check_addressed, check_inputs
-from workers.outcome import (Stamps, poisoned, refused_copy, served, terminal_outputs,
-                             undecodable)
-from workers.single_use import Answered
-from workers.pace import Pace
-from workers.session import ModelSession, Prepared
-from workers.sessions import Sessions
+from kip.runtime import metrics
+from kip.schemas.codec import decode, now_ms
+from kip.schemas.errors import DeadlineExceeded, Internal, InvalidRequest, KipError
+from kip.schemas.messages import WorkItem
+from kip.schemas.stamps import StampKeys, check_stamp
+from kip.topics.names import TopicNames
+from kip.transport.outputs import Document, Output
+from kip.workers.batching import ChunkRun, Stages, group_by, run_group
+from kip.workers.checks import check_addressed, check_inputs
+from kip.workers.endings import (Stamps, poisoned, refused_copy, served, terminal_outputs,
+                                 undecodable_item)
+from kip.workers.single_use import Answered
+from kip.workers.pace import Pace
+from kip.workers.session import ModelSession, Prepared
+from kip.workers.sessions import Sessions
 
 log = logging.getLogger("kip.worker")
 Pair = tuple[ConsumerRecord, WorkItem]
@@ -129,7 +129,7 @@ def _defect(record: ConsumerRecord, item: WorkItem, pulled_ms: float, how: Answe
         return poisoned(record, item, Stamps(pulled_ms), how.names, err)
     except Exception:   # its own fields would not build: the coordinates' ending
         log.exception("ending a work item after a defect raised")
-        return undecodable(record, err, how.names)
+        return undecodable_item(record, err, how.names)
 
 
 class _Refused(Exception):
@@ -144,16 +144,16 @@ def _trusted(record: ConsumerRecord, pulled_ms: float, how: Answering) -> WorkIt
     try:
         item = decode(WorkItem, record.value or b"")
     except InvalidRequest as err:
-        raise _Refused(undecodable(record, err, how.names)) from None
+        raise _Refused(undecodable_item(record, err, how.names)) from None
     except Exception as exc:   # a defect: still one ending, and the worker goes on
         log.exception("decoding a work item raised")
-        raise _Refused(undecodable(record, InvalidRequest(f"undecodable: {exc!r}"[:200]),
+        raise _Refused(undecodable_item(record, InvalidRequest(f"undecodable: {exc!r}"[:200]),
                                    how.names)) from None
     try:
         refused = _refused(record, item, pulled_ms, how)
     except Exception as exc:   # a defect in a check: the item is not trusted
         log.exception("checking a work item raised")
-        refused = undecodable(record, Internal(f"worker defect: {exc!r}"[:300]), how.names)
+        refused = undecodable_item(record, Internal(f"worker defect: {exc!r}"[:300]), how.names)
     if refused is not None:
         raise _Refused(refused)
     return item
@@ -168,7 +168,7 @@ def _refused(record: ConsumerRecord, item: WorkItem, pulled_ms: float, how: Answ
         check_stamp(item, how.keys)
     except KipError as err:
         metrics.WORK_REFUSED.labels(how.model, err.code).inc()
-        return undecodable(record, err, how.names)
+        return undecodable_item(record, err, how.names)
     try:
         check_addressed(item, how.model, how.names)
     except KipError as err:

@@ -30,7 +30,7 @@ from typing import Any, Generic, TypeVar
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord
 
-from schemas.messages import Priority
+from kip.schemas.messages import Priority
 
 log = logging.getLogger("kip.worker")
 IDLE_POLL_MS = 200
@@ -74,7 +74,7 @@ def group_by(items: Iterable[P], key: Callable[[P], Hashable]) -> dict[Hashable,
 
 @dataclass
 class ChunkRun(Generic[P]):
-    """One chunk's outcome: what ran, what had expired, the outputs or the error."""
+    """One chunk's run: what ran, what had expired, the outputs or the error."""
 
     live: list[P]
     expired: list[P]
@@ -135,25 +135,25 @@ def run_chunks(stages: Stages[P], chunks: list[list[P]], deadline: Callable[[P],
                ) -> list[ChunkRun[P]]:
     """Run each chunk's live requests in turn, in the calling (inference) thread, the
     next chunk prepared ahead while one executes; an exception is kept in its chunk's
-    outcome, not raised."""
-    outcomes = []
+    run, not raised."""
+    runs_done = []
     upcoming = _Preparation(stages, chunks[0], deadline) if chunks else None
     for k, chunk in enumerate(chunks):
         started = time.time() * 1000   # the instant checked is the instant stamped
         live = [p for p in chunk if deadline(p) > started]
-        outcome = ChunkRun(live, [p for p in chunk if deadline(p) <= started])
+        run = ChunkRun(live, [p for p in chunk if deadline(p) <= started])
         preparation = upcoming
         if k + 1 < len(chunks):
             upcoming = _Preparation(stages, chunks[k + 1], deadline)
         if live:
-            outcome.started_ms = started
+            run.started_ms = started
             try:
-                outcome.outputs = stages.execute(preparation.result(live))
+                run.outputs = stages.execute(preparation.result(live))
             except Exception as exc:   # run_group decides: retry one by one, or poison
-                outcome.error = exc
-            outcome.finished_ms = time.time() * 1000
-        outcomes.append(outcome)
-    return outcomes
+                run.error = exc
+            run.finished_ms = time.time() * 1000
+        runs_done.append(run)
+    return runs_done
 
 
 def _live(chunk: list[P], deadline: Callable[[P], int]) -> list[P]:
@@ -165,16 +165,16 @@ async def run_group(executor: Executor, stages: Stages[P], items: list[P], chunk
                     deadline: Callable[[P], int]) -> list[ChunkRun[P]]:
     """Run ``items`` in chunks of ``chunk``, back to back in ``executor``. A chunk that
     fails with more than one live request is run again one request at a time, so in the
-    outcomes only a poison request keeps its error."""
+    runs returned only a poison request keeps its error."""
     runs = await asyncio.get_running_loop().run_in_executor(
         executor, run_chunks, stages, chunked(items, chunk), deadline)
-    outcomes: list[ChunkRun[P]] = []
-    for outcome in runs:
-        if outcome.error is None or len(outcome.live) <= 1:
-            outcomes.append(outcome)
+    kept: list[ChunkRun[P]] = []
+    for run in runs:
+        if run.error is None or len(run.live) <= 1:
+            kept.append(run)
             continue
-        log.warning("a chunk of %d failed (%s); retrying one by one", len(outcome.live),
-                    outcome.error)
-        outcomes.append(ChunkRun([], outcome.expired))
-        outcomes += await run_group(executor, stages, outcome.live, 1, deadline)
-    return outcomes
+        log.warning("a chunk of %d failed (%s); retrying one by one", len(run.live),
+                    run.error)
+        kept.append(ChunkRun([], run.expired))
+        kept += await run_group(executor, stages, run.live, 1, deadline)
+    return kept

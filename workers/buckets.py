@@ -8,11 +8,11 @@ has a fixed cost, so splitting pays only where the padding saved outweighs it.
 ``length_buckets`` puts each row in the class of the next power of two at or above its
 token count (up to 8 tokens share one class), then merges neighbouring classes while a
 merge costs less than the call it saves. The cost of a call is estimated in tokens:
-``call_tokens`` for the call plus rows x its longest row. Measured on this project's
-2-core CPU machine, a MiniLM call costs ~2.5 ms and a token ~0.3 ms, so there a call is
-worth ~8 tokens (docs/benchmarks.md). On a GPU a token is far cheaper than a kernel
-launch sequence, so a call is worth thousands (``CUDA_CALL_TOKENS``, an estimate from the
-H200 throughput in issue 14, not measured here): a batch is split only when its padding
+``call_tokens`` for the call plus rows x its longest row: on a CPU a call is worth a few
+tokens (``CPU_CALL_TOKENS``, from MiniLM's call and token costs on a 2-core machine). On
+a GPU a token is far cheaper than a kernel
+launch sequence, so a call is worth thousands (``CUDA_CALL_TOKENS``, an estimate, not
+yet measured on a GPU): a batch is split only when its padding
 is most of it.
 """
 

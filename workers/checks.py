@@ -2,15 +2,15 @@
 work topic: the pipeline's stamp, that it is for the model this worker serves, that its
 result goes inside the results namespace, and its inputs against the manifest of the
 version that would run them. A work item that fails ends as one failed result and a dead
-letter (workers/outcome.py); it never reaches ONNX Runtime.
+letter (workers/endings.py); it never reaches ONNX Runtime.
 """
 
 from __future__ import annotations
 
-from models.manifest import Manifest
-from schemas.errors import InvalidRequest, ModelNotFound
-from schemas.messages import WorkItem
-from topics.names import TopicNames
+from kip.models.manifest import Manifest
+from kip.schemas.errors import InvalidRequest, ModelNotFound
+from kip.schemas.messages import WorkItem
+from kip.topics.names import TopicNames
 
 
 def check_addressed(item: WorkItem, model: str, names: TopicNames) -> None:

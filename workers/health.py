@@ -14,8 +14,8 @@ from bisect import bisect_left
 
 import numpy as np
 
-from schemas.messages import Status, VersionHealth
-from workers.outcome import Ended
+from kip.schemas.messages import Status, VersionHealth
+from kip.workers.endings import Ended
 
 COUNTED = {Status.OK, Status.FAILED}
 
@@ -24,7 +24,7 @@ class HealthWindow:
     """Per version, the inferences of the last ``window_s``, kept so that a report
     (every telemetry interval) costs little more than the percentile: counts are
     running sums, and the inference times sit in a flat array that numpy reads in
-    place. A window can hold ~60,000 results at the worker's single-row rate."""
+    place. A window holds tens of thousands of results at a worker's single-row rate."""
 
     def __init__(self, window_s: float = 30.0) -> None:
         self.window_s = window_s
@@ -77,8 +77,8 @@ class _Series:
     """Values stamped with a time, appended oldest first and dropped oldest first, in
     flat arrays that numpy reads without a copy; ``start`` is the oldest kept. The
     dropped prefix is cut off once it is half of the arrays. Tuples in deques, turned
-    into an array per report, cost the event loop ~4% at the single-row rate
-    (docs/benchmarks.md)."""
+    into an array per report, cost the event loop a measurable share at the single-row
+    rate."""
 
     def __init__(self, typecode: str) -> None:
         self.at = array("d")

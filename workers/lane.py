@@ -10,7 +10,7 @@ runs, where the session asks for it (on CUDA: ``ModelSession.prepare_ahead``).
 
 Delivery: exactly-once for read_committed readers. A batch's outputs leave in one Kafka
 transaction per input partition, together with that partition's next offset
-(topics/transactions.py): a crash, a pause past the session timeout or a rebalance
+(transport/transactions.py): a crash, a pause past the session timeout or a rebalance
 either commits all of it or none of it, and a fenced zombie's outputs are never
 visible. Those transactions run as tasks (``committing``) while the next batch's
 inference runs; the previous batch's transactions finish before the next batch's
@@ -30,21 +30,21 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from runtime import metrics
-from schemas.messages import WorkItem
-from topics.catalogue import MAX_MESSAGE_BYTES
-from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS
-from topics.fetch_waits import wait_long_when_whole
-from topics.names import TopicNames
-from topics.outputs import Record, Sealing, signed_records
-from topics.transactions import Entry, PartitionTransactions
-from topics.txn_steps import transaction_timeout_ms
-from workers.answers import Answers
-from workers.health import HEALTH
-from workers.batching import group_by
-from workers.outcome import Ended, destinations
-from workers.settings import WorkerSettings
-from workers.single_use import Answered, answered_reader
+from kip.runtime import metrics
+from kip.schemas.messages import WorkItem
+from kip.topics.catalogue import MAX_MESSAGE_BYTES
+from kip.transport.clients import HOT_PATH_FETCH_MAX_WAIT_MS
+from kip.transport.fetch_waits import wait_long_when_whole
+from kip.topics.names import TopicNames
+from kip.transport.outputs import Record, Sealing, signed_records
+from kip.transport.transactions import Entry, PartitionTransactions
+from kip.transport.transactions import transaction_timeout_ms
+from kip.workers.answers import Answers
+from kip.workers.health import HEALTH
+from kip.workers.batching import group_by
+from kip.workers.endings import Ended, destinations
+from kip.workers.settings import WorkerSettings
+from kip.workers.single_use import Answered, answered_reader
 
 BACKGROUND_NICE = 10
 
@@ -98,7 +98,7 @@ class Lane:
     def begin_early(self, pairs: list[tuple[ConsumerRecord, WorkItem]]) -> None:
         """Begin the transactions of these work items' input partitions while their
         inference runs, with the partitions their results and audit records go to
-        (topics/transactions.py): the commit after it is a round trip shorter."""
+        (transport/transactions.py): the commit after it is a round trip shorter."""
         for tp, group in group_by(pairs, lambda p: TopicPartition(p[0].topic,
                                                                   p[0].partition)).items():
             self.transactions.begin_early(
@@ -108,7 +108,7 @@ class Lane:
                endings: dict[int, Ended | None], answered: dict[TopicPartition, list[Record]]
                ) -> None:
         """Start committing ``batch`` with its outputs and the ids it ``answered`` (per
-        input partition), in the background; ``endings`` (``workers.outcome.ended`` of
+        input partition), in the background; ``endings`` (``workers.endings.ended`` of
         each record's outputs) are counted once committed."""
         self.committing.append(asyncio.create_task(
             self._commit(batch, answers, endings, answered)))
@@ -138,7 +138,7 @@ class Lane:
 
     async def start(self) -> None:
         """Start the consumer; its fetches that leave no partition out wait long
-        (topics/fetch_waits.py)."""
+        (transport/fetch_waits.py)."""
         await self.consumer.start()
         wait_long_when_whole(self.consumer)
 

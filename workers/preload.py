@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import logging
 
-from schemas.errors import KipError
-from schemas.releases import Releases
-from topics.clients import KafkaConnection
-from topics.names import TopicNames
-from topics.reading import records_since
-from workers.sessions import Sessions
+from kip.schemas.errors import KipError
+from kip.schemas.releases import Releases
+from kip.transport.clients import KafkaConnection
+from kip.topics.names import TopicNames
+from kip.transport.reading import records_since
+from kip.workers.sessions import Sessions
 
 log = logging.getLogger("kip.worker")
 

@@ -12,7 +12,7 @@ import time
 
 from aiokafka import AIOKafkaConsumer
 
-from schemas.messages import PRIORITIES, Priority
+from kip.schemas.messages import PRIORITIES, Priority
 
 
 def classes_to_pause(backlog: dict[Priority, int], waiting_since_ms: dict[Priority, float],

@@ -27,12 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from models.preprocess import padded, token_ids
-from models.registry import LoadedVersion
-from schemas.errors import InferenceFailed
-from schemas.tensors import NUMPY_DTYPES, Tensor, all_finite, output_documents
-from workers import cuda
-from workers.buckets import CPU_CALL_TOKENS, CUDA_CALL_TOKENS, length_buckets
+from kip.models.preprocess import padded, token_ids
+from kip.models.registry import LoadedVersion
+from kip.schemas.errors import InferenceFailed
+from kip.schemas.tensors import NUMPY_DTYPES, Tensor, all_finite, output_documents
+from kip.workers import cuda
+from kip.workers.buckets import CPU_CALL_TOKENS, CUDA_CALL_TOKENS, length_buckets
 
 log = logging.getLogger("kip.worker")
 CUDA = "CUDAExecutionProvider"

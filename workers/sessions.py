@@ -25,11 +25,11 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from models.registry import Registry
-from models.signing import ModelTrust
-from runtime import allocator, metrics
-from schemas.errors import KipError, ModelUnavailable, ModelUnverified
-from workers.session import ModelSession
+from kip.models.registry import Registry
+from kip.models.signing import ModelTrust
+from kip.runtime import allocator, metrics
+from kip.schemas.errors import KipError, ModelUnavailable, ModelUnverified
+from kip.workers.session import ModelSession
 
 log = logging.getLogger("kip.worker")
 MIB = 1024 * 1024

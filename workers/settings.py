@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from runtime.settings import KipSettings
+from kip.runtime.settings import KipSettings
 
 
 class WorkerSettings(KipSettings):

@@ -34,14 +34,14 @@ from dataclasses import dataclass, field
 from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from schemas.codec import now_ms
-from schemas.errors import DuplicateRequest, InvalidRequest, KipError
-from schemas.messages import WorkItem
-from topics.clients import KafkaConnection
-from topics.names import TopicNames
-from topics.outputs import Record
-from topics.id_records import id_records, parse_id_record
-from topics.reading import partition_since, reader_to_end
+from kip.schemas.codec import now_ms
+from kip.schemas.errors import DuplicateRequest, InvalidRequest, KipError
+from kip.schemas.messages import WorkItem
+from kip.transport.clients import KafkaConnection
+from kip.topics.names import TopicNames
+from kip.transport.outputs import Record
+from kip.transport.id_records import id_records, parse_id_record
+from kip.transport.reading import partition_since, reader_to_end
 
 log = logging.getLogger("kip.worker")
 LOG_APPEND_TIME = 1   # a record's timestamp type: the broker's append time

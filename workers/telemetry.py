@@ -7,8 +7,8 @@ import resource
 import socket
 import time
 
-from schemas.messages import Priority, WorkerTelemetry
-from workers.health import HEALTH
+from kip.schemas.messages import Priority, WorkerTelemetry
+from kip.workers.health import HEALTH
 
 
 def worker_id(model: str) -> str:

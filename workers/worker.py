@@ -19,22 +19,22 @@ import asyncio
 
 from aiokafka.structs import ConsumerRecord
 
-from models.registry import Registry
-from models.signing import configured_trust
-from runtime import allocator, collector, metrics
-from schemas.codec import encode, headers, now_ms
-from schemas.messages import PRIORITIES, Priority
-from workers.answers import Answering, answer
-from workers.batching import by_class, next_batch
-from workers.health import HEALTH
-from workers.lane import Lane, open_lane
-from workers.outcome import ended, ran_inference
-from workers.pace import Pace
-from workers.preload import preload
-from workers.priority import Prioritizer, backlog_by_class
-from workers.sessions import Sessions
-from workers.settings import WorkerSettings
-from workers.telemetry import Throughput, report, worker_id
+from kip.models.registry import Registry
+from kip.models.signing import configured_trust
+from kip.runtime import allocator, collector, metrics
+from kip.schemas.codec import encode, headers, now_ms
+from kip.schemas.messages import PRIORITIES, Priority
+from kip.workers.answers import Answering, answer
+from kip.workers.batching import by_class, next_batch
+from kip.workers.health import HEALTH
+from kip.workers.lane import Lane, open_lane
+from kip.workers.endings import ended, ran_inference
+from kip.workers.pace import Pace
+from kip.workers.preload import preload
+from kip.workers.priority import Prioritizer, backlog_by_class
+from kip.workers.sessions import Sessions
+from kip.workers.settings import WorkerSettings
+from kip.workers.telemetry import Throughput, report, worker_id
 
 
 class Worker:

@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from schemas.audit_chain import ChainHead, Link, seal_message, seal_message_v1
-from schemas.result_signatures import ResultVerifier
+from kip.schemas.audit_chain import ChainHead, Link, seal_message, seal_message_v1
+from kip.schemas.result_signatures import ResultVerifier
 
 
 @dataclass(frozen=True, order=True)

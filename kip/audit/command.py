@@ -69,9 +69,9 @@ def since_ms(value: str, now_ms: int) -> int:
 
 
 def _context():
-    from runtime.settings import KipSettings
-    from schemas.codec import now_ms
-    from topics.names import TopicNames
+    from kip.runtime.settings import KipSettings
+    from kip.schemas.codec import now_ms
+    from kip.topics.names import TopicNames
 
     settings = KipSettings()
     return settings.kafka, TopicNames(settings.topic_prefix), now_ms()
@@ -130,8 +130,8 @@ def _export(args) -> int:
 
 def _verify(args) -> int:
     from kip.audit.reading import verify
-    from runtime import keys
-    from runtime.settings import KipSettings
+    from kip.runtime import keys
+    from kip.runtime.settings import KipSettings
 
     kafka, names, now = _context()
     trusted = keys.result_keys(args.keys or KipSettings().result_public_keys_file)
@@ -159,13 +159,13 @@ def _verify(args) -> int:
 
 
 def _pseudonym_key():
-    from runtime.settings import KipSettings
+    from kip.runtime.settings import KipSettings
 
     return KipSettings().pseudonym_key()
 
 
 def _pseudonym(args) -> int:
-    from runtime import keys
+    from kip.runtime import keys
 
     if args.new_key:
         keys.new_pseudonym_key(args.new_key)

@@ -15,13 +15,13 @@ from datetime import datetime, timezone
 from aiokafka.structs import ConsumerRecord
 
 from kip.audit.chains import ChainCheck, Summary
-from schemas import AuditRecord, decode
-from schemas.audit_chain import ChainHead, MalformedHead
-from schemas.errors import InvalidRequest
-from schemas.result_signatures import ResultVerifier
-from topics.clients import KafkaConnection
-from topics.names import TopicNames
-from topics.reading import records_since
+from kip.schemas import AuditRecord, decode
+from kip.schemas.audit_chain import ChainHead, MalformedHead
+from kip.schemas.errors import InvalidRequest
+from kip.schemas.result_signatures import ResultVerifier
+from kip.transport.clients import KafkaConnection
+from kip.topics.names import TopicNames
+from kip.transport.reading import records_since
 
 
 @dataclass(frozen=True)

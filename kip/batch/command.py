@@ -17,7 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
-from runtime import collector
+from kip.runtime import collector
 
 LOG_EVERY_S = 5.0
 
@@ -118,7 +118,7 @@ def _resumed(job, spec, resume: bool):
 
 def _client(args, secret: str):
     from kip.client import KipClient
-    from runtime.settings import KipSettings
+    from kip.runtime.settings import KipSettings
 
     settings = KipSettings()
     kafka = settings.kafka.model_dump(exclude={"bootstrap"}, exclude_none=True)

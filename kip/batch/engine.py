@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from kip.client import KipClient
-from schemas.messages import InferenceResult
-from schemas.tensors import Tensor
+from kip.schemas.messages import InferenceResult
+from kip.schemas.tensors import Tensor
 
 BACK_PRESSURE = {"OVERLOADED", "QUOTA_EXCEEDED"}
 RETRIABLE = {"INTERNAL", "DEADLINE_EXCEEDED", "CLIENT_TIMEOUT"}

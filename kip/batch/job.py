@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kip.batch.tables import TableWriter
-from schemas.codec import now_ms
+from kip.schemas.codec import now_ms
 
 PART = re.compile(r"^part-(\d{9})-(\d{9})\.parquet$")
 

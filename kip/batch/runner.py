@@ -19,8 +19,8 @@ from kip.batch.engine import BatchRun, Chunk, Outcome
 from kip.batch.job import JobDir, JobSpec
 from kip.batch.tables import InputMap, output_table, read_batches, tensors
 from kip.client import KipClient
-from schemas.codec import now_ms
-from schemas.messages import InferenceResult
+from kip.schemas.codec import now_ms
+from kip.schemas.messages import InferenceResult
 
 PART_ROWS = 4096
 

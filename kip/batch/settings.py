@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, SecretStr
 
-from runtime.settings import KipSettings
+from kip.runtime.settings import KipSettings
 
 
 class BatchSettings(KipSettings):

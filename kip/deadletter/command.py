@@ -43,8 +43,8 @@ def _range(parser) -> None:
 
 
 def _context():
-    from runtime.settings import KipSettings
-    from schemas.codec import now_ms
+    from kip.runtime.settings import KipSettings
+    from kip.schemas.codec import now_ms
 
     settings = KipSettings()
     return settings.kafka, settings.names, now_ms()

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import orjson
 
-from schemas import DeadLetterRecord, decode
-from schemas.errors import InvalidRequest
-from topics.clients import KafkaConnection
-from topics.names import TopicNames
-from topics.reading import records_since
+from kip.schemas import DeadLetterRecord, decode
+from kip.schemas.errors import InvalidRequest
+from kip.transport.clients import KafkaConnection
+from kip.topics.names import TopicNames
+from kip.transport.reading import records_since
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import orjson
 
 from kip.deadletter.letters import Letter, Verdict, replayed, verdict
-from schemas.codec import REQUEST_ID_HEADER, now_ms
-from schemas.envelopes import ENVELOPE_HEADER
-from topics.clients import KafkaConnection
-from topics.names import TopicNames
+from kip.schemas.codec import REQUEST_ID_HEADER, now_ms
+from kip.schemas.envelopes import ENVELOPE_HEADER
+from kip.transport.aiokafka_adapter import wait_for_producer_id
+from kip.transport.clients import KafkaConnection
+from kip.topics.names import TopicNames
 
 
 async def replay(kafka: KafkaConnection, names: TopicNames, chosen: list[Letter], by: str,
@@ -24,7 +25,7 @@ async def replay(kafka: KafkaConnection, names: TopicNames, chosen: list[Letter]
     producer = kafka.producer(transactional_id=names.deadletter_replayer)
     await producer.start()
     try:
-        await producer._txn_manager.wait_for_pid()   # InitProducerId: the fence
+        await wait_for_producer_id(producer)   # InitProducerId: the fence
         done = await replayed(kafka, names)
         verdicts = [verdict(letter, names, done) for letter in chosen]
         sending = [v.letter for v in verdicts if v.replayable]

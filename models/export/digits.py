@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from models.export.checks import compare_with_onnxruntime, export_onnx
-from models.registry import ModelVersion, Registry
+from kip.models.export.checks import compare_with_onnxruntime, export_onnx
+from kip.models.registry import ModelVersion, Registry
 
 NAME = "digits"
 HELD_OUT = 360          # the last rows of a seeded shuffle never seen in training

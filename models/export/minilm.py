@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from models.export.checks import compare_with_onnxruntime, export_onnx
-from models.registry import ModelVersion, Registry
+from kip.models.export.checks import compare_with_onnxruntime, export_onnx
+from kip.models.registry import ModelVersion, Registry
 
 NAME = "minilm"
 FP16_NAME = "minilm-fp16"
@@ -32,7 +32,7 @@ def load_encoder():
     """The torch SentenceEncoder with the packaged weights, in eval mode."""
     from safetensors.torch import load_file
 
-    from models.export.bert import SentenceEncoder
+    from kip.models.export.bert import SentenceEncoder
 
     folder = weights_folder()
     model = SentenceEncoder(json.loads((folder / "config.json").read_text()))
@@ -45,7 +45,7 @@ def load_encoder():
 def tokenize(sentences: list[str]) -> dict[str, np.ndarray]:
     from tokenizers import Tokenizer
 
-    from models.preprocess import encode_texts
+    from kip.models.preprocess import encode_texts
     tok = Tokenizer.from_file(str(weights_folder() / "tokenizer.json"))
     return encode_texts(tok, sentences, MAX_LENGTH)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from models.registry import Registry
-from schemas.errors import ModelNotFound, ModelUnverified
+from kip.models.registry import Registry
+from kip.schemas.errors import ModelNotFound, ModelUnverified
 
 
 def missing(registry: Registry, aliases: list[str] = ("minilm", "digits")) -> list[str]:
@@ -21,7 +21,7 @@ def build_reference(registry: Registry, log=print, force: bool = False,
                     fp16: bool = False) -> None:
     """The reference models that are missing (all with ``force``); with ``fp16`` also
     MiniLM's fp16 variant, ``minilm-fp16``, for GPUs."""
-    from models.export import digits, minilm
+    from kip.models.export import digits, minilm
 
     exporters = {"minilm": minilm.export, "digits": digits.export}
     if fp16:

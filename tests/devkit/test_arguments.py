@@ -6,9 +6,9 @@ import argparse
 
 import pytest
 
-from devkit import bench_load
-from devkit.arguments import above_zero, count, fraction, zero_or_above, zero_or_more
-from devkit.bench_throughput import add_arguments
+from kip.devkit import bench_load
+from kip.devkit.arguments import above_zero, count, fraction, zero_or_above, zero_or_more
+from kip.devkit.bench_throughput import add_arguments
 
 
 def test_counts_start_at_one_and_faults_at_zero():

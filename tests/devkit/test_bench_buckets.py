@@ -2,8 +2,8 @@
 the uniform ones as many, and both give the same embeddings either way (speed is for
 docs/benchmarks.md, not for a test)."""
 
-from devkit import bench_buckets
-from workers.session import ModelSession
+from kip.devkit import bench_buckets
+from kip.workers.session import ModelSession
 
 
 def test_buckets_run_fewer_tokens_on_mixed_texts_and_the_same_embeddings(registry):

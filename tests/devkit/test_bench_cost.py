@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from devkit import bench_cost, floors
-from devkit.cpu import CpuMeter, cpu_us, main_thread_cpu_us
+from kip.devkit import bench_cost, floors
+from kip.devkit.cpu import CpuMeter, cpu_us, main_thread_cpu_us
 
 
 def test_the_cpu_meter_charges_a_busy_process_and_not_an_idle_one():

@@ -3,8 +3,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from devkit.bench_load import class_rate, nice_level, stage_breakdown
-from schemas.messages import Priority, Timings
+from kip.devkit.bench_load import class_rate, nice_level, stage_breakdown
+from kip.schemas.messages import Priority, Timings
 
 
 def test_a_class_rate_is_read_before_anything_starts():

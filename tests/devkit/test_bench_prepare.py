@@ -3,9 +3,9 @@ preparing ahead leaves the inference thread less time outside its calls than pre
 in turn (only the first chunk waits for its tokenizing; speed is for
 docs/benchmarks.md, not for a test)."""
 
-from devkit import bench_prepare
-from schemas.tensors import Tensor
-from workers.session import ModelSession
+from kip.devkit import bench_prepare
+from kip.schemas.tensors import Tensor
+from kip.workers.session import ModelSession
 
 
 def test_preparing_ahead_gives_the_same_embeddings_and_hides_the_tokenizing(registry):

@@ -2,7 +2,7 @@ import socket
 
 import pytest
 
-from devkit.broker import BrokerError, LocalBroker, free_port, free_port_run, require_tool
+from kip.devkit.broker import BrokerError, LocalBroker, free_port, free_port_run, require_tool
 
 
 def test_the_session_broker_accepts_connections_and_reports_status(broker):

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from devkit.broker import LocalBroker, free_port_run
+from kip.devkit.broker import LocalBroker, free_port_run
 
 
 def _stat(pid: int) -> list[str]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from devkit.faults_report import Tally
-from schemas.codec import encode
-from schemas.messages import (AuditRecord, DeadLetterRecord, ErrorInfo, InferenceResult,
-                              Status, Timings)
-from schemas.result_signatures import ResultKeys, ResultSigningKey
-from topics.clients import KafkaConnection
-from topics.names import TopicNames
+from kip.devkit.faults_report import Tally
+from kip.schemas.codec import encode
+from kip.schemas.messages import (AuditRecord, DeadLetterRecord, ErrorInfo, InferenceResult,
+                                  Status, Timings)
+from kip.schemas.result_signatures import ResultKeys, ResultSigningKey
+from kip.transport.clients import KafkaConnection
+from kip.topics.names import TopicNames
 
 NAMES = TopicNames("t")
 TRUSTED = ResultKeys(keys={"r1": ResultSigningKey.generate("r1").public()}).verifier()

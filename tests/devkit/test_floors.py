@@ -7,8 +7,8 @@ import threading
 
 from aiokafka import TopicPartition
 
-from devkit import floors
-from topics.clients import KafkaConnection
+from kip.devkit import floors
+from kip.transport.clients import KafkaConnection
 
 
 async def _count_committed(kafka: KafkaConnection, topic: str, expected: int) -> int:

@@ -2,8 +2,8 @@
 
 from concurrent.futures import Future
 
-from devkit.loadgen import ClassStats, _collect
-from schemas.messages import InferenceResult, Status, Timings
+from kip.devkit.loadgen import ClassStats, _collect
+from kip.schemas.messages import InferenceResult, Status, Timings
 
 DEADLINE_MS = 1_000_000
 

@@ -12,17 +12,17 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
-from devkit.broker import free_port_run
-from devkit.stack import REFERENCE_MODELS, DevStack, tenant_credentials
+from kip.devkit.broker import free_port_run
+from kip.devkit.stack import REFERENCE_MODELS, DevStack, tenant_credentials
 from kip.client import KipClient
-from pipeline.access import AccessConfig, ApiKey, TenantPolicy
-from schemas import AuditRecord, DeadLetterRecord, InferenceResult, Route, WorkItem, decode
-from schemas.messages import WorkerTelemetry
-from schemas.codec import encode, now_ms
-from schemas.result_signatures import request_sha256
-from schemas.stamps import stamped
-from topics.clients import KafkaConnection
-from topics.reading import assign_all, reached, reader_to_end
+from kip.pipeline.access import AccessConfig, ApiKey, TenantPolicy
+from kip.schemas import AuditRecord, DeadLetterRecord, InferenceResult, Route, WorkItem, decode
+from kip.schemas.messages import WorkerTelemetry
+from kip.schemas.codec import encode, now_ms
+from kip.schemas.result_signatures import request_sha256
+from kip.schemas.stamps import stamped
+from kip.transport.clients import KafkaConnection
+from kip.transport.reading import assign_all, reached, reader_to_end
 
 SECRETS = {"acme-k1": "acme-secret", "lim-k1": "lim-secret", "greedy-k1": "greedy-secret",
            "modest-k1": "modest-secret", "restart-k1": "restart-secret"}
@@ -82,7 +82,7 @@ def running(s: DevStack, access: AccessConfig, warm_up) -> Iterator[DevStack]:
 
 def _audit_chains_hold(s: DevStack) -> None:
     from kip.audit.reading import verify
-    from runtime import keys
+    from kip.runtime import keys
 
     trusted = keys.result_keys(s.settings.result_public_keys_file).verifier()
     summary = asyncio.run(verify(s.connection("audit-reader"), s.names, trusted, 0))

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from kip.tenants import set_quota
-from pipeline.app import GIVE_BACK_EVERY_S
-from schemas import Status, encode
-from schemas.codec import headers, now_ms
+from kip.pipeline.app import GIVE_BACK_EVERY_S
+from kip.schemas import Status, encode
+from kip.schemas.codec import headers, now_ms
 from tests.e2e.conftest import client_for, explained, overloaded, publish_as, work_item
 
 pytestmark = pytest.mark.broker

@@ -15,12 +15,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from devkit.loadgen import sentences
+from kip.devkit.loadgen import sentences
 from kip.batch import BatchRun, rows_in_chunks
-from schemas.tensors import Tensor
-from schemas import AuditRecord, decode
+from kip.schemas.tensors import Tensor
+from kip.schemas import AuditRecord, decode
 from tests.e2e.conftest import SECRETS, client_for, read_topic
-from workers.session import ModelSession
+from kip.workers.session import ModelSession
 
 pytestmark = pytest.mark.broker
 

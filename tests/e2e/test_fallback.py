@@ -10,11 +10,11 @@ import asyncio
 import numpy as np
 import pytest
 
-from pipeline.control import fallback_record, publish_control
-from schemas import Status
+from kip.pipeline.control import fallback_record, publish_control
+from kip.schemas import Status
 from tests.e2e.conftest import client_for, explained, overloaded
-from topics.admin import apply
-from topics.catalogue import catalogue
+from kip.transport.admin import apply
+from kip.topics.catalogue import catalogue
 
 pytestmark = pytest.mark.broker
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from devkit.fuzz import Fuzzed, messages
-from schemas import AuditRecord, InferenceResult, Status, decode, encode
-from schemas.messages import PRIORITIES
+from kip.devkit.fuzz import Fuzzed, messages
+from kip.schemas import AuditRecord, InferenceResult, Status, decode, encode
+from kip.schemas.messages import PRIORITIES
 from tests.e2e.conftest import TENANT_OF, client_for, outputs_of, read_topic
 
 PASS_SIZE = 1500

@@ -16,7 +16,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from kip.rollout import history
-from schemas import Status
+from kip.schemas import Status
 from tests.e2e.conftest import client_for
 
 pytestmark = pytest.mark.broker

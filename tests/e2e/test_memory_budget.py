@@ -12,11 +12,11 @@ import numpy as np
 import onnx
 import pytest
 
-from schemas import Status
+from kip.schemas import Status
 from tests.e2e.conftest import client_for
 from tests.e2e.test_fallback import _served
-from topics.admin import apply
-from topics.catalogue import catalogue
+from kip.transport.admin import apply
+from kip.topics.catalogue import catalogue
 
 pytestmark = pytest.mark.broker
 MODEL = "digits-mem"

@@ -11,14 +11,14 @@ import time
 
 import pytest
 
-from devkit.broker import free_port
+from kip.devkit.broker import free_port
 from tests.e2e.test_memory_budget import PIXELS, _publish
 from tests.e2e.test_fallback import _served
 from tests.e2e.test_signed_models import _metric
 from tests.e2e.conftest import client_for
-from topics.admin import apply
-from topics.catalogue import catalogue
-from schemas import Status
+from kip.transport.admin import apply
+from kip.topics.catalogue import catalogue
+from kip.schemas import Status
 
 pytestmark = pytest.mark.broker
 MODEL = "digits-pre"   # a model of this test's own worker

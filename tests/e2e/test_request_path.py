@@ -10,16 +10,16 @@ import numpy as np
 import orjson
 import pytest
 
-from devkit.loadproc import offer_from_child
-from devkit.stack import ClientSpec, tenant_credentials
+from kip.devkit.loadproc import offer_from_child
+from kip.devkit.stack import ClientSpec, tenant_credentials
 from kip.client import KipClient
-from models.export.digits import dataset
-from schemas import DeadLetterRecord, InferenceResult, Status, decode, encode
-from schemas.codec import headers, now_ms
-from schemas.messages import Priority, output_array
+from kip.models.export.digits import dataset
+from kip.schemas import DeadLetterRecord, InferenceResult, Status, decode, encode
+from kip.schemas.codec import headers, now_ms
+from kip.schemas.messages import Priority, output_array
 from tests.e2e.conftest import client_for, explained, outputs_of, publish_as, read_topic
-from topics.admin import apply
-from topics.catalogue import TopicSpec, reply_topic
+from kip.transport.admin import apply
+from kip.topics.catalogue import TopicSpec, reply_topic
 
 pytestmark = pytest.mark.broker
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
-from devkit.stack import DevStack, tenant_credentials
+from kip.devkit.stack import DevStack, tenant_credentials
 from kip.client import KipClient
-from pipeline.access import AccessConfig, ApiKey, TenantPolicy
-from schemas.messages import Status
+from kip.pipeline.access import AccessConfig, ApiKey, TenantPolicy
+from kip.schemas.messages import Status
 from tests.e2e.conftest import running
 from tests.kafka_probes import can_read, can_write
-from topics.clients import KafkaConnection
+from kip.transport.clients import KafkaConnection
 
 pytestmark = pytest.mark.broker
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}

@@ -14,15 +14,15 @@ import numpy as np
 import onnx
 import pytest
 
-from devkit.broker import free_port
-from schemas import Status
+from kip.devkit.broker import free_port
+from kip.schemas import Status
 from tests.e2e.conftest import client_for
 from tests.models.test_signing import (_flip_a_byte, _remove_the_signature,
                                        _sign_with_another_key, _swap_and_fix_the_manifest,
                                        _swap_the_file)
 from tests.e2e.test_fallback import _served
-from topics.admin import apply
-from topics.catalogue import catalogue
+from kip.transport.admin import apply
+from kip.topics.catalogue import catalogue
 
 pytestmark = pytest.mark.broker
 MODEL = "digits-signed"

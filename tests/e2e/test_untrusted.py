@@ -16,10 +16,10 @@ import numpy as np
 import orjson
 import pytest
 
-from schemas import InferenceResult, Status, Tensor, encode
-from schemas.codec import headers, now_ms
-from schemas.messages import Timings, WorkerTelemetry
-from schemas.stamps import StampKeys, stamped
+from kip.schemas import InferenceResult, Status, Tensor, encode
+from kip.schemas.codec import headers, now_ms
+from kip.schemas.messages import Timings, WorkerTelemetry
+from kip.schemas.stamps import StampKeys, stamped
 from tests.e2e.conftest import client_for, outputs_of, publish_as, read_topic, work_item
 
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from devkit.faults import FaultPlan, run_faults
+from kip.devkit.faults import FaultPlan, run_faults
 
 pytestmark = pytest.mark.broker
 

@@ -7,8 +7,8 @@ import pytest
 
 from kip.audit.command import since_ms
 from kip.audit.reading import Filter, explain
-from pipeline.decide import route_reason
-from schemas.messages import AuditRecord, InferenceRequest, Route, Timings
+from kip.pipeline.decide import route_reason
+from kip.schemas.messages import AuditRecord, InferenceRequest, Route, Timings
 
 BASE = dict(request_id="r1", tenant="acme", key_id="acme-k1", priority="standard",
             model="minilm", payload_bytes=10, request_sha256="ab" * 32)

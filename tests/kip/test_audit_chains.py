@@ -1,13 +1,13 @@
-"""The audit chains' check, on records built by the writers' own linking (topics.outputs.
+"""The audit chains' check, on records built by the writers' own linking (transport.outputs.
 Chaining): a true chain holds, and each kind of tampering is named at its record. The
 same check on the real broker, through ``kip audit verify``, is in test_audit_verify.py."""
 
 from __future__ import annotations
 
-from schemas.audit_chain import CHAIN_HEADER, SEAL_HEADER, ChainHead, Link, link_hash
-from schemas.result_signatures import ResultKeys, ResultSigningKey
+from kip.schemas.audit_chain import CHAIN_HEADER, SEAL_HEADER, ChainHead, Link, link_hash
+from kip.schemas.result_signatures import ResultKeys, ResultSigningKey
 from kip.audit.chains import ChainCheck
-from topics.outputs import Chaining, Record
+from kip.transport.outputs import Chaining, Record
 
 KEY = ResultSigningKey.generate("r1")
 TRUSTED = ResultKeys(keys={"r1": KEY.public()}).verifier()

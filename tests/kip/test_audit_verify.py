@@ -16,13 +16,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
 from kip.audit.reading import committed_metadata, kafka_records, verify
-from schemas.audit_chain import CHAIN_HEADER, ChainHead, Link
-from schemas.result_signatures import ResultKeys, ResultSigningKey
-from topics.admin import apply
-from topics.catalogue import TopicSpec
-from topics.names import TopicNames
-from topics.outputs import Chaining, Record
-from topics.transactions import Entry, PartitionTransactions
+from kip.schemas.audit_chain import CHAIN_HEADER, ChainHead, Link
+from kip.schemas.result_signatures import ResultKeys, ResultSigningKey
+from kip.transport.admin import apply
+from kip.topics.catalogue import TopicSpec
+from kip.topics.names import TopicNames
+from kip.transport.outputs import Chaining, Record
+from kip.transport.transactions import Entry, PartitionTransactions
 
 pytestmark = pytest.mark.broker
 KEY = ResultSigningKey.generate("r1")

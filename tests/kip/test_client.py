@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 
 from kip.client import KipClient
-from schemas.codec import encode
-from schemas.messages import InferenceResult, Status, Timings
-from schemas.result_signatures import ResultSigningKey, request_sha256
-from topics.admin import apply
-from topics.catalogue import catalogue
-from topics.names import TopicNames
+from kip.schemas.codec import encode
+from kip.schemas.messages import InferenceResult, Status, Timings
+from kip.schemas.result_signatures import ResultSigningKey, request_sha256
+from kip.transport.admin import apply
+from kip.topics.catalogue import catalogue
+from kip.topics.names import TopicNames
 
 KIP_KEY = ResultSigningKey.generate("r1")
 

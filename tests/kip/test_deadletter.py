@@ -10,15 +10,15 @@ import json
 import pytest
 
 from kip.cli import main
-from schemas.codec import encode
-from schemas.deadletter import dead_letter
-from schemas.errors import InvalidRequest
-from schemas.result_signatures import ResultSigningKey
+from kip.schemas.codec import encode
+from kip.schemas.deadletter import dead_letter
+from kip.schemas.errors import InvalidRequest
+from kip.schemas.result_signatures import ResultSigningKey
 from tests.e2e.conftest import read_topic
-from topics.admin import apply
-from topics.catalogue import catalogue
-from topics.names import TopicNames
-from topics.outputs import Sealing
+from kip.transport.admin import apply
+from kip.topics.catalogue import catalogue
+from kip.topics.names import TopicNames
+from kip.transport.outputs import Sealing
 
 pytestmark = pytest.mark.broker
 REQUEST = b'{"request_id": "r-1", "tenant": "acme", "schema_version": 2}'
@@ -86,8 +86,8 @@ def test_on_a_secured_cluster_the_operator_replays_and_the_audit_reader_may_not(
 
     from kip.deadletter.letters import letters
     from kip.deadletter.replay import replay
-    from topics.acl_admin import apply as apply_acls
-    from topics.acls import plan
+    from kip.transport.acl_admin import apply as apply_acls
+    from kip.topics.acls import plan
 
     names = TopicNames(prefix)
     asyncio.run(_letters(secure_broker, names))

@@ -10,10 +10,10 @@ import pytest
 
 from kip.cli import main
 from kip.rollout import history
-from models.registry import Registry
-from topics.admin import apply
-from topics.catalogue import catalogue
-from topics.names import TopicNames
+from kip.models.registry import Registry
+from kip.transport.admin import apply
+from kip.topics.catalogue import catalogue
+from kip.topics.names import TopicNames
 from tests.pipeline.conftest import DIGITS_MANIFEST
 
 pytestmark = pytest.mark.broker

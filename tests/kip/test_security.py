@@ -10,15 +10,15 @@ import stat
 import pytest
 from aiokafka.errors import TopicAuthorizationFailedError
 
-from devkit.broker import LocalBroker, free_port
+from kip.devkit.broker import LocalBroker, free_port
 from kip.security import Listeners, ensure_access_file, init_deployment
-from schemas.messages import PRIORITIES
-from topics.acl_admin import apply as apply_acls
-from topics.acls import plan
-from topics.admin import apply
-from topics.catalogue import MAX_MESSAGE_BYTES, catalogue
-from topics.clients import KafkaConnection
-from topics.names import TopicNames
+from kip.schemas.messages import PRIORITIES
+from kip.transport.acl_admin import apply as apply_acls
+from kip.topics.acls import plan
+from kip.transport.admin import apply
+from kip.topics.catalogue import MAX_MESSAGE_BYTES, catalogue
+from kip.transport.clients import KafkaConnection
+from kip.topics.names import TopicNames
 
 pytestmark = pytest.mark.broker
 USERS = ["pipeline", "operator", "audit-reader", "worker-digits", "tenant-demo"]

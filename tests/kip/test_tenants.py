@@ -2,9 +2,9 @@ import asyncio
 import json
 
 from kip.tenants import clear_quota, current_state, set_quota, show_quotas
-from topics.admin import apply
-from topics.catalogue import catalogue
-from topics.names import TopicNames
+from kip.transport.admin import apply
+from kip.topics.catalogue import catalogue
+from kip.topics.names import TopicNames
 
 
 def test_quotas_are_merged_shown_and_cleared_on_the_control_topic(broker, prefix):

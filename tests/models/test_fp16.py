@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.export import minilm
-from models.registry import Registry
-from schemas.tensors import Tensor
-from workers.session import ModelSession
+from kip.models.export import minilm
+from kip.models.registry import Registry
+from kip.schemas.tensors import Tensor
+from kip.workers.session import ModelSession
 
 
 def test_the_fp16_minilm_is_exported_checked_and_served(tmp_path, registry):
@@ -25,6 +25,6 @@ def test_the_fp16_minilm_is_exported_checked_and_served(tmp_path, registry):
 
 
 def test_build_reference_adds_the_fp16_variant_only_when_asked(registry):
-    from models.export.reference import missing
+    from kip.models.export.reference import missing
     assert "minilm-fp16" not in missing(registry)   # not asked for: not a reference
     assert missing(registry, ["minilm-fp16"]) == ["minilm-fp16"]

@@ -8,9 +8,9 @@ import json
 import numpy as np
 
 from kip.cli import main
-from models.registry import Registry
-from schemas.tensors import Tensor
-from workers.session import ModelSession
+from kip.models.registry import Registry
+from kip.schemas.tensors import Tensor
+from kip.workers.session import ModelSession
 
 
 def _env(monkeypatch, tmp_path) -> Registry:

@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from models.registry import Registry
-from schemas.errors import InvalidRequest, ModelNotFound, ModelUnverified
-from schemas.tensors import Tensor
+from kip.models.registry import Registry
+from kip.schemas.errors import InvalidRequest, ModelNotFound, ModelUnverified
+from kip.schemas.tensors import Tensor
 from tests.pipeline.conftest import DIGITS_MANIFEST
 
 import numpy as np
@@ -62,7 +62,7 @@ def test_reference_registry_has_both_models(registry):
 
 
 def test_the_manifest_check_refuses_an_input_named_twice():
-    from models.manifest import Manifest
+    from kip.models.manifest import Manifest
     manifest = Manifest(name="digits", version="1", artifact_sha256="a" * 64,
                         inputs=[{"name": "pixels", "datatype": "FP32", "shape": [-1, 64]}],
                         outputs=[{"name": "label", "datatype": "INT64", "shape": [-1]}],

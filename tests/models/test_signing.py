@@ -13,13 +13,13 @@ import shutil
 import numpy as np
 import pytest
 
-from models.registry import Registry
-from models.signing import SIGNATURES, ModelTrust, sign
-from pipeline.routing import Router
-from schemas.errors import ModelUnverified
-from schemas.result_signatures import ResultKeys, ResultSigningKey
-from schemas.tensors import Tensor
-from workers.session import ModelSession
+from kip.models.registry import Registry
+from kip.models.signing import SIGNATURES, ModelTrust, sign
+from kip.pipeline.routing import Router
+from kip.schemas.errors import ModelUnverified
+from kip.schemas.result_signatures import ResultKeys, ResultSigningKey
+from kip.schemas.tensors import Tensor
+from kip.workers.session import ModelSession
 
 KEY = ResultSigningKey.generate("m1")
 TRUST = ModelTrust(ResultKeys(keys={"m1": KEY.public()}).verifier(), required=True)

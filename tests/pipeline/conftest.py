@@ -7,17 +7,17 @@ from dataclasses import replace
 import pytest
 
 from kip.client import KipClient
-from models.registry import Registry
-from pipeline.access import AccessConfig, ApiKey, TenantPolicy
-from pipeline.decide import decide
-from pipeline.decisions import Context, Decision, Origin
-from pipeline.routing import Router
-from schemas.codec import REQUEST_ID_HEADER
-from schemas.deadletter import hints
-from schemas.envelopes import envelope
-from schemas.result_signatures import request_sha256
-from topics.catalogue import catalogue
-from topics.names import TopicNames
+from kip.models.registry import Registry
+from kip.pipeline.access import AccessConfig, ApiKey, TenantPolicy
+from kip.pipeline.decide import decide
+from kip.pipeline.decisions import Context, Decision, Origin
+from kip.pipeline.routing import Router
+from kip.schemas.codec import REQUEST_ID_HEADER
+from kip.schemas.deadletter import hints
+from kip.schemas.envelopes import envelope
+from kip.schemas.result_signatures import request_sha256
+from kip.topics.catalogue import catalogue
+from kip.topics.names import TopicNames
 
 NOW_MS = 1_800_000_000_000
 DIGITS_MANIFEST = {

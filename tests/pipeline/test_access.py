@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from pipeline.access import AccessConfig, authenticate, authorize
-from schemas.errors import Forbidden, Unauthenticated
+from kip.pipeline.access import AccessConfig, authenticate, authorize
+from kip.schemas.errors import Forbidden, Unauthenticated
 from tests.pipeline.conftest import NOW_MS, signer
 
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}

@@ -1,13 +1,13 @@
 import numpy as np
 import pytest
 
-from models.manifest import Manifest
-from pipeline.admission import (MAX_REQUEST_BYTES, AdmissionPolicy, ClassPolicy,
-                                check_payload_size, check_request_limits, check_wait,
-                                effective_deadline)
-from schemas.errors import InvalidRequest, Overloaded, PayloadTooLarge
+from kip.models.manifest import Manifest
+from kip.pipeline.admission import (MAX_REQUEST_BYTES, AdmissionPolicy, ClassPolicy,
+                                    check_payload_size, check_request_limits, check_wait,
+                                    effective_deadline)
+from kip.schemas.errors import InvalidRequest, Overloaded, PayloadTooLarge
 from tests.pipeline.conftest import DIGITS_MANIFEST, NOW_MS, signer
-from topics.catalogue import MAX_MESSAGE_BYTES
+from kip.topics.catalogue import MAX_MESSAGE_BYTES
 
 POLICY = AdmissionPolicy()
 

@@ -7,10 +7,10 @@ import asyncio
 from dataclasses import replace
 from types import SimpleNamespace
 
-from pipeline.app import (DECIDE_SLICE, FetchWaitConsumerThread, TransactionalConsumer,
-                          create_app, decide_round)
-from pipeline.settings import PipelineSettings
-from topics.clients import HOT_PATH_FETCH_MAX_WAIT_MS
+from kip.pipeline.app import DECIDE_SLICE, create_app, decide_round
+from kip.pipeline.faust_adapter import FetchWaitConsumerThread, TransactionalConsumer
+from kip.pipeline.settings import PipelineSettings
+from kip.transport.clients import HOT_PATH_FETCH_MAX_WAIT_MS
 
 
 def test_the_pipeline_consumer_fetches_with_the_hot_path_wait(tmp_path, access):
@@ -24,7 +24,7 @@ def test_the_pipeline_consumer_fetches_with_the_hot_path_wait(tmp_path, access):
         assert app.transport.Consumer is TransactionalConsumer
         thread = app.consumer._thread
         assert isinstance(thread, FetchWaitConsumerThread)
-        assert thread.thread_loop is asyncio.get_running_loop()   # pipeline/one_loop.py
+        assert thread.thread_loop is asyncio.get_running_loop()   # pipeline/faust_adapter.py
         consumer = thread._create_worker_consumer(app.transport)
         await consumer.stop()   # never started: nothing to close but itself
         return consumer._fetch_max_wait_ms

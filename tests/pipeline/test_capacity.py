@@ -2,9 +2,9 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from pipeline.capacity import CapacityView
-from pipeline.control import apply_telemetry
-from schemas.messages import Priority, WorkerTelemetry
+from kip.pipeline.capacity import CapacityView
+from kip.pipeline.control import apply_telemetry
+from kip.schemas.messages import Priority, WorkerTelemetry
 
 I, S, B = Priority.INTERACTIVE, Priority.STANDARD, Priority.BATCH
 

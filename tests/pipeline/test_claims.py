@@ -11,11 +11,11 @@ import orjson
 import pytest
 from aiokafka import TopicPartition
 
-from pipeline.claims import Claims
-from pipeline.replays import SeenRequests
-from schemas.codec import now_ms
-from tests.topics.test_transactions import _create, _group_known
-from topics.transactions import PartitionTransactions
+from kip.pipeline.claims import Claims
+from kip.pipeline.replays import SeenRequests
+from kip.schemas.codec import now_ms
+from tests.transport.test_transactions import _create, _group_known
+from kip.transport.transactions import PartitionTransactions
 
 pytestmark = pytest.mark.broker
 WINDOW_MS = 60_000

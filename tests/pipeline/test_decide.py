@@ -5,13 +5,13 @@ import numpy as np
 import orjson
 import pytest
 
-from pipeline.access import TenantPolicy
-from pipeline.decide import decide as decide_as_sent
-from pipeline.decisions import Forward, Origin, Reject
-from pipeline.quota import TenantQuota
-from schemas import InferenceRequest, Status, encode
-from schemas.messages import WorkerTelemetry
-from schemas.result_signatures import request_sha256
+from kip.pipeline.access import TenantPolicy
+from kip.pipeline.decide import decide as decide_as_sent
+from kip.pipeline.decisions import Forward, Origin, Reject
+from kip.pipeline.quota import TenantQuota
+from kip.schemas import InferenceRequest, Status, encode
+from kip.schemas.messages import WorkerTelemetry
+from kip.schemas.result_signatures import request_sha256
 from tests.pipeline.conftest import DIGITS_MANIFEST, NOW_MS, decide_sealed, signer
 
 # each message as its tenant's client sends it (kip-envelope and kip-request-id)
@@ -300,7 +300,7 @@ def test_a_tenant_sends_on_its_request_partition_only(ctx, access):
     """The partition Kafka's default partitioner gives its key, or the one its policy
     names: then its messages are one ordered queue, and a noisy tenant can have one of
     its own."""
-    from topics.partitioning import key_partition
+    from kip.transport.partitioning import key_partition
     ctx = replace(ctx, partitions={"kip.requests.standard": 8})
     home = key_partition(b"acme", list(range(8)))
     for partition in range(8):
@@ -319,7 +319,7 @@ def test_a_tenant_sends_on_its_request_partition_only(ctx, access):
 
 
 def test_a_shed_record_names_every_offset_it_shed():
-    from pipeline.intake import ShedTally, shed_record
+    from kip.pipeline.intake import ShedTally, shed_record
     tally = ShedTally()
     for offset, key in [(5, "acme"), (6, "acme"), (7, ""), (9, "acme")]:
         tally.add(offset, key)
@@ -333,7 +333,7 @@ def test_the_drains_screen_sheds_unsigned_messages_past_the_allowance_only(ctx):
     """Before faust's stream takes them: a sender's message is kept, an unsigned one is
     kept within its key's allowance (and the decision does not charge it again), the
     rest are shed and tallied."""
-    from pipeline.intake import Screen
+    from kip.pipeline.intake import Screen
     policy = ctx.policy.model_copy(update={"unsigned_per_s": 1.0, "unsigned_burst": 2.0})
     ctx = replace(ctx, policy=policy)
     screen = Screen(ctx.access, policy, ctx.allowance)
@@ -354,8 +354,8 @@ def test_the_drains_screen_sheds_unsigned_messages_past_the_allowance_only(ctx):
 def test_an_envelope_the_screen_verified_is_not_verified_again(ctx, monkeypatch):
     """The drain's screen notes the sender it verified by the message's coordinates; the
     decision takes it from there (and verifies a message the screen did not see)."""
-    import pipeline.decide as decide_module
-    from pipeline.intake import Screen
+    import kip.pipeline.decide as decide_module
+    from kip.pipeline.intake import Screen
     from tests.pipeline.conftest import sealed as seal
     screen = Screen(ctx.access, ctx.policy, ctx.allowance, ctx.envelopes)
     request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)

@@ -8,14 +8,14 @@ import time
 
 import pytest
 
-from pipeline.control import ControlState, publish_control, quota_record
-from pipeline.follower import TopicFollower
-from pipeline.quota import TenantQuota
-from runtime import metrics
-from topics.admin import apply
-from topics.catalogue import catalogue
-from topics.fetch_waits import FOLLOWING_FETCH_MAX_WAIT_MS
-from topics.names import TopicNames
+from kip.pipeline.control import ControlState, publish_control, quota_record
+from kip.pipeline.follower import TopicFollower
+from kip.pipeline.quota import TenantQuota
+from kip.runtime import metrics
+from kip.transport.admin import apply
+from kip.topics.catalogue import catalogue
+from kip.transport.fetch_waits import FOLLOWING_FETCH_MAX_WAIT_MS
+from kip.topics.names import TopicNames
 
 pytestmark = pytest.mark.broker
 

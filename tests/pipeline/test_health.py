@@ -4,10 +4,10 @@ a healthy canary, or one that has not run enough yet, is left alone."""
 
 from __future__ import annotations
 
-from pipeline.capacity import CapacityView
-from pipeline.health import GATE, HealthLimits, rollbacks
-from schemas.releases import Release, Releases, WeightedVersion
-from schemas.messages import VersionHealth, WorkerTelemetry
+from kip.pipeline.capacity import CapacityView
+from kip.pipeline.health import GATE, HealthLimits, rollbacks
+from kip.schemas.releases import Release, Releases, WeightedVersion
+from kip.schemas.messages import VersionHealth, WorkerTelemetry
 
 NOW = 1_000_000
 LIMITS = HealthLimits(max_error_rate=0.05, max_p99_ratio=3.0, min_requests=20)

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from pipeline.known_topics import KnownTopics
+from kip.pipeline.known_topics import KnownTopics
 
 pytestmark = pytest.mark.broker
 

@@ -7,7 +7,7 @@ import threading
 
 from mode.threads import QueueServiceThread
 
-from pipeline.one_loop import OnTheLoop
+from kip.pipeline.faust_adapter import OnTheLoop
 
 
 class _Service(OnTheLoop, QueueServiceThread):

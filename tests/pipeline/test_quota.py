@@ -1,10 +1,10 @@
 import orjson
 import pytest
 
-from pipeline.control import ControlState
-from pipeline.quota import (Bucket, Ledger, Limit, TenantQuota, apply_levels, dump_levels,
-                            load_levels)
-from schemas.errors import QuotaExceeded
+from kip.pipeline.control import ControlState
+from kip.pipeline.quota import (Bucket, Ledger, Limit, TenantQuota, apply_levels, dump_levels,
+                                load_levels)
+from kip.schemas.errors import QuotaExceeded
 
 
 def test_bucket_refills_at_its_rate_up_to_its_burst():

@@ -9,9 +9,9 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from schemas.releases import Release, Releases, WeightedVersion
-from pipeline.routing import Router
-from schemas.errors import ModelUnverified
+from kip.schemas.releases import Release, Releases, WeightedVersion
+from kip.pipeline.routing import Router
+from kip.schemas.errors import ModelUnverified
 from tests.pipeline.conftest import DIGITS_MANIFEST
 
 

@@ -6,12 +6,12 @@ import numpy as np
 import orjson
 import pytest
 
-from pipeline.decisions import Forward, Origin, Reject
-from pipeline.quota import TenantQuota
-from pipeline.replays import BUCKET_MS, SeenRequests
-from topics.id_records import parse_id_record as parse_admitted
-from schemas import encode
-from schemas.result_signatures import request_sha256
+from kip.pipeline.decisions import Forward, Origin, Reject
+from kip.pipeline.quota import TenantQuota
+from kip.pipeline.replays import BUCKET_MS, SeenRequests
+from kip.transport.id_records import parse_id_record as parse_admitted
+from kip.schemas import encode
+from kip.schemas.result_signatures import request_sha256
 from tests.pipeline.conftest import NOW_MS, decide_sealed as decide, signer
 
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}

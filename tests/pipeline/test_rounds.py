@@ -10,7 +10,7 @@ import time
 import faust
 from faust.types import Message
 
-from pipeline.rounds import rounds
+from kip.pipeline.rounds import rounds
 
 
 class Channel:

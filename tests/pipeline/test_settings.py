@@ -1,7 +1,7 @@
 import pytest
 
-from pipeline.settings import DEFAULT_ROUND_MS, DEFAULT_TAKE_MAX, PipelineSettings
-from schemas.messages import Priority
+from kip.pipeline.settings import DEFAULT_ROUND_MS, DEFAULT_TAKE_MAX, PipelineSettings
+from kip.schemas.messages import Priority
 
 
 def test_round_ms_per_class_from_the_environment(monkeypatch):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import allocator
+from kip.runtime import allocator
 
 # Each script runs in a process of its own, reading glibc's counters (``mallinfo2``).
 MALLINFO = """
@@ -21,7 +21,7 @@ libc.mallinfo2.restype = Info
 # A stage frees a batch's records together; glibc reports how much free memory sits at
 # the top of its heap (``keepcost``), which it would trim.
 FREE_A_BATCH = MALLINFO + """
-from runtime.allocator import keep_freed
+from kip.runtime.allocator import keep_freed
 if sys.argv[1] == "keep":
     assert keep_freed()
 mapped = libc.mallinfo2().hblks
@@ -69,7 +69,7 @@ def test_keep_freed_is_taken_by_glibc():
 
 # A pipeline reads an 8 MiB message, then a 1 MiB one: is the second a mapping of its own?
 LARGE_AFTER_LARGER = MALLINFO + """
-from runtime.allocator import pin_mmap_threshold
+from kip.runtime.allocator import pin_mmap_threshold
 if sys.argv[1] == "pin":
     assert pin_mmap_threshold()
 larger = bytearray(8 << 20)
@@ -93,7 +93,7 @@ def test_a_pinned_threshold_keeps_large_messages_in_mappings_of_their_own():
 # Holes in the heap: every other block under the mmap threshold freed, the rest alive.
 FREE_BETWEEN_SURVIVORS = """
 import os
-from runtime.allocator import MMAP_ABOVE_BYTES, LargeMessages, keep_freed
+from kip.runtime.allocator import MMAP_ABOVE_BYTES, LargeMessages, keep_freed
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

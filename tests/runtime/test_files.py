@@ -1,9 +1,9 @@
 import os
 import stat
 
-from runtime import keys
-from runtime.files import open_private_log, private_dir, write_private
-from runtime.settings import KipSettings
+from kip.runtime import keys
+from kip.runtime.files import open_private_log, private_dir, write_private
+from kip.runtime.settings import KipSettings
 
 
 def _mode(path) -> int:

@@ -2,8 +2,8 @@ from types import SimpleNamespace
 
 from prometheus_client import REGISTRY
 
-from runtime import metrics
-from schemas.messages import AuditRecord
+from kip.runtime import metrics
+from kip.schemas.messages import AuditRecord
 
 
 def _audit(decision: str, code: str | None = None, priority: str = "standard") -> AuditRecord:
@@ -53,23 +53,3 @@ def test_latencies_are_observed_per_result_under_each_results_class():
     after = [(n - n0, round(s - s0, 6)) for (n, s), (n0, s0) in
              zip((_latency(*k) for k in keys), before)]
     assert after == [(2, 0.04), (2, 0.04), (1, 0.004), (1, 0.006)]
-
-
-def test_observing_all_at_once_counts_as_observing_each():
-    """``observe_all`` updates the histogram's private buckets: it must leave exactly
-    what ``observe`` on each amount leaves (a bound itself falls in its own bucket)."""
-    from prometheus_client import CollectorRegistry, Histogram
-    registry = CollectorRegistry()
-    each, together = (Histogram(name, "h", ["k"], buckets=(0.01, 0.1, 1.0),
-                                registry=registry).labels("x") for name in ("each", "all"))
-    amounts = [0.0, 0.005, 0.01, 0.01, 0.5, 1.0, 2.5, 40.0, 0.1]
-    for amount in amounts:
-        each.observe(amount)
-    metrics.observe_all(together, amounts)
-    metrics.observe_all(together, [])
-
-    def samples(name):
-        return sorted((s.name.removeprefix(name), s.labels.get("le"), s.value)
-                      for metric in registry.collect() if metric.name == name
-                      for s in metric.samples if not s.name.endswith("_created"))
-    assert samples("all") == samples("each") and len(samples("each")) == 6

@@ -6,13 +6,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from devkit.layers import modules
-from devkit.settings import DevSettings
+from kip.devkit.layers import modules
+from kip.devkit.settings import DevSettings
 from kip.batch.settings import BatchSettings
-from pipeline.settings import PipelineSettings
-from runtime.settings import KafkaSettings, KipSettings
+from kip.pipeline.settings import PipelineSettings
+from kip.runtime.settings import KafkaSettings, KipSettings
 from tests.conftest import repo_root
-from workers.settings import WorkerSettings
+from kip.workers.settings import WorkerSettings
 
 SETTINGS = (KipSettings, PipelineSettings, WorkerSettings, DevSettings, KafkaSettings,
             BatchSettings)

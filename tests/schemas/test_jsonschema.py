@@ -4,8 +4,8 @@ import jsonschema
 import numpy as np
 import orjson
 
-from schemas import encode
-from schemas.jsonschema import schema_documents
+from kip.schemas import encode
+from kip.schemas.jsonschema import schema_documents
 from tests.pipeline.conftest import signer
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "schemas"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.merkle import leaf_hash, node_hash, root_and_paths, root_from_path
+from kip.schemas.merkle import leaf_hash, node_hash, root_and_paths, root_from_path
 
 LEAVES = [leaf_hash(b"result %d" % i) for i in range(33)]
 

@@ -1,10 +1,10 @@
 import orjson
 import pytest
 
-from schemas import (InferenceRequest, InferenceResult, InvalidRequest, Status, Tensor,
-                     Timings, decode, encode, error_for_code, headers)
-from schemas.errors import ERROR_CODES, DeadlineExceeded, Internal
-from schemas.messages import PRIORITIES, Priority
+from kip.schemas import (InferenceRequest, InferenceResult, InvalidRequest, Status, Tensor,
+                         Timings, decode, encode, error_for_code, headers)
+from kip.schemas.errors import ERROR_CODES, DeadlineExceeded, Internal
+from kip.schemas.messages import PRIORITIES, Priority
 
 
 def _request(**over) -> dict:

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from schemas.codec import encode
-from schemas.messages import InferenceResult, Status, Timings
-from schemas.result_signatures import ResultSigner, ResultSigningKey, request_sha256
-from schemas.signing import body_sha256, sign
-from schemas.tensors import Tensor
+from kip.schemas.codec import encode
+from kip.schemas.messages import InferenceResult, Status, Timings
+from kip.schemas.result_signatures import ResultSigner, ResultSigningKey, request_sha256
+from kip.schemas.signing import body_sha256, sign
+from kip.schemas.tensors import Tensor
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
 FIELDS = dict(request_id="req-0001", tenant="acme", key_id="acme-k1",
@@ -91,7 +91,7 @@ def test_the_documented_javascript_verifier_accepts_kips_results_and_nothing_els
 
 
 def test_envelope_vector():
-    from schemas.envelopes import envelope
+    from kip.schemas.envelopes import envelope
     value = b'{"request_id":"req-0001"}'
     assert request_sha256(value) in DOC
     _, header = envelope(b"example-secret", "acme-k1", "kip.requests.interactive", "acme",

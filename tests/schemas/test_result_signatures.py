@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from schemas import merkle
-from schemas.merkle import node_hash
-from schemas.result_signatures import (MAX_BATCH, ResultKeys, ResultSigningKey,
-                                       SIGNATURE_HEADER)
+from kip.schemas import merkle
+from kip.schemas.merkle import node_hash
+from kip.schemas.result_signatures import (MAX_BATCH, ResultKeys, ResultSigningKey,
+                                           SIGNATURE_HEADER)
 
 KEY = ResultSigningKey.generate("r1")
 VALUES = [b'{"request_id":"r-%d"}' % i for i in range(6)]

@@ -1,7 +1,7 @@
 import numpy as np
 
-from schemas.signing import body_sha256, canonical_string, sign, signature_matches
-from schemas.tensors import Tensor
+from kip.schemas.signing import body_sha256, canonical_string, sign, signature_matches
+from kip.schemas.tensors import Tensor
 
 FIELDS = dict(request_id="r-1", tenant="acme", key_id="k1", issued_at_ms=1700000000000,
               priority="standard", model="digits", deadline_ms=None, reply_to=None)

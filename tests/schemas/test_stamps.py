@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from schemas.errors import Unauthenticated
-from schemas.messages import InferenceRequest, Route, WorkItem
-from schemas.stamps import StampKeys, check_stamp, stamped
-from schemas.tensors import Tensor
+from kip.schemas.errors import Unauthenticated
+from kip.schemas.messages import InferenceRequest, Route, WorkItem
+from kip.schemas.stamps import StampKeys, check_stamp, stamped
+from kip.schemas.tensors import Tensor
 
 KEYS = StampKeys.generate("s1")
 

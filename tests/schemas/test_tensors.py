@@ -7,8 +7,8 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from schemas.messages import InferenceRequest
-from schemas.tensors import Tensor, output_documents
+from kip.schemas.messages import InferenceRequest
+from kip.schemas.tensors import Tensor, output_documents
 
 
 def test_raw_form_round_trips_little_endian_bytes():

@@ -2,12 +2,12 @@ import numpy as np
 import orjson
 import pytest
 
-from schemas.codec import decode, encode
-from schemas.errors import Unauthenticated
-from schemas.messages import InferenceRequest, Route, WorkItem
-from schemas.stamps import StampKeys, check_stamp, stamped
-from schemas.tensors import Tensor
-from schemas.work_items import encode_work_item
+from kip.schemas.codec import decode, encode
+from kip.schemas.errors import Unauthenticated
+from kip.schemas.messages import InferenceRequest, Route, WorkItem
+from kip.schemas.stamps import StampKeys, check_stamp, stamped
+from kip.schemas.tensors import Tensor
+from kip.schemas.work_items import encode_work_item
 
 KEYS = StampKeys.generate("s1")
 ROUTE = Route(alias="digits", model_name="digits", model_version="1", artifact_sha256="b" * 64)

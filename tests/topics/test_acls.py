@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.messages import PRIORITIES, Priority
-from topics.acls import Acl, Operation, Pattern, Resource, is_kip_principal, plan
-from topics.names import TopicNames
+from kip.schemas.messages import PRIORITIES, Priority
+from kip.topics.acls import Acl, Operation, Pattern, Resource, is_kip_principal, plan
+from kip.topics.names import TopicNames
 
 NAMES = TopicNames("k")
 

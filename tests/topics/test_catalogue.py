@@ -1,8 +1,8 @@
 import asyncio
 
-from topics.admin import apply
-from topics.catalogue import catalogue
-from topics.names import TopicNames
+from kip.transport.admin import apply
+from kip.topics.catalogue import catalogue
+from kip.topics.names import TopicNames
 
 
 def test_catalogue_names_every_topic_once_with_its_key():

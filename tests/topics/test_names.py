@@ -1,4 +1,4 @@
-from topics.names import TopicNames
+from kip.topics.names import TopicNames
 
 
 def test_work_items_and_results_may_go_to_any_partition_audit_records_may_not():

@@ -15,15 +15,15 @@ import orjson
 import pytest
 from aiokafka.structs import ConsumerRecord
 
-from schemas.codec import now_ms
-from schemas.messages import InferenceRequest, InferenceResult, Route
-from schemas.stamps import StampKeys, canonical_fields, stamp_mac
-from schemas.tensors import Tensor
-from topics.names import TopicNames
-from topics.outputs import Document, Output
-from workers.answers import Answering, answer
-from workers.pace import Pace
-from workers.sessions import Sessions
+from kip.schemas.codec import now_ms
+from kip.schemas.messages import InferenceRequest, InferenceResult, Route
+from kip.schemas.stamps import StampKeys, canonical_fields, stamp_mac
+from kip.schemas.tensors import Tensor
+from kip.topics.names import TopicNames
+from kip.transport.outputs import Document, Output
+from kip.workers.answers import Answering, answer
+from kip.workers.pace import Pace
+from kip.workers.sessions import Sessions
 
 NAMES = TopicNames("kip")
 TENANTS = ("acme", "bob", "carol")

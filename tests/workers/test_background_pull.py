@@ -8,16 +8,16 @@ import asyncio
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from schemas.codec import encode, headers
-from schemas.messages import InferenceResult, Priority, WorkItem
-from schemas.stamps import stamped
+from kip.schemas.codec import encode, headers
+from kip.schemas.messages import InferenceResult, Priority, WorkItem
+from kip.schemas.stamps import stamped
 from tests.e2e.conftest import read_topic
 from tests.workers.test_long_batches import _work_item
-from topics.admin import apply
-from topics.catalogue import catalogue
-from topics.names import TopicNames
-from workers.settings import WorkerSettings
-from workers.worker import Worker
+from kip.transport.admin import apply
+from kip.topics.catalogue import catalogue
+from kip.topics.names import TopicNames
+from kip.workers.settings import WorkerSettings
+from kip.workers.worker import Worker
 
 pytestmark = pytest.mark.broker
 REQUESTS, CALL, PULL = 12, 4, 12

@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aiokafka.structs import ConsumerRecord
 
-from schemas.codec import now_ms
-from schemas.messages import Priority
-from workers.batching import Stages, by_class, chunked, run_chunks, run_group
+from kip.schemas.codec import now_ms
+from kip.schemas.messages import Priority
+from kip.workers.batching import Stages, by_class, chunked, run_chunks, run_group
 
 
 def _far(_) -> int:

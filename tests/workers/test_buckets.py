@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from workers.buckets import CPU_CALL_TOKENS, CUDA_CALL_TOKENS, length_buckets, padded_tokens
+from kip.workers.buckets import CPU_CALL_TOKENS, CUDA_CALL_TOKENS, length_buckets, padded_tokens
 
 
 def _rows(buckets) -> list[int]:

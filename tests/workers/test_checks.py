@@ -1,12 +1,12 @@
 import numpy as np
 import pytest
 
-from models.manifest import Manifest
-from schemas.errors import InvalidRequest, KipError, ModelNotFound
-from schemas.messages import InferenceRequest, Route, WorkItem
-from schemas.tensors import Tensor
-from topics.names import TopicNames
-from workers.checks import check_addressed, check_inputs
+from kip.models.manifest import Manifest
+from kip.schemas.errors import InvalidRequest, KipError, ModelNotFound
+from kip.schemas.messages import InferenceRequest, Route, WorkItem
+from kip.schemas.tensors import Tensor
+from kip.topics.names import TopicNames
+from kip.workers.checks import check_addressed, check_inputs
 
 NAMES = TopicNames("kip")
 MANIFEST = Manifest(name="digits", version="1", artifact_sha256="a" * 64,

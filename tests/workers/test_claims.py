@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from tests.workers.test_background_pull import _worker_settings
-from topics.names import TopicNames
-from workers.worker import Worker
+from kip.topics.names import TopicNames
+from kip.workers.worker import Worker
 
 pytestmark = pytest.mark.broker
 

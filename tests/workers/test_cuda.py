@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from workers import cuda
+from kip.workers import cuda
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux" or platform.machine() != "x86_64" or cuda.provider_library() is None,

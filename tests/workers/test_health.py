@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from schemas.messages import ErrorInfo, InferenceResult, Status, Timings
-from workers.health import HealthWindow
-from workers.outcome import Ended
+from kip.schemas.messages import ErrorInfo, InferenceResult, Status, Timings
+from kip.workers.health import HealthWindow
+from kip.workers.endings import Ended
 
 
 def _result(version: str, status: Status = Status.OK, code: str | None = None,

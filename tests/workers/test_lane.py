@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from workers.lane import Lane
+from kip.workers.lane import Lane
 
 
 def _lane() -> Lane:

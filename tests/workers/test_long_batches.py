@@ -11,17 +11,17 @@ import numpy as np
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from runtime import metrics
-from schemas.codec import encode, headers, now_ms
-from schemas.messages import InferenceResult, Priority, Route, WorkItem
-from schemas.stamps import stamped
+from kip.runtime import metrics
+from kip.schemas.codec import encode, headers, now_ms
+from kip.schemas.messages import InferenceResult, Priority, Route, WorkItem
+from kip.schemas.stamps import stamped
 from tests.e2e.conftest import read_topic
 from tests.pipeline.conftest import signer
-from topics.admin import apply
-from topics.catalogue import catalogue
-from topics.names import TopicNames
-from workers.settings import WorkerSettings
-from workers.worker import Worker
+from kip.transport.admin import apply
+from kip.topics.catalogue import catalogue
+from kip.topics.names import TopicNames
+from kip.workers.settings import WorkerSettings
+from kip.workers.worker import Worker
 
 pytestmark = pytest.mark.broker
 SESSION_TIMEOUT_MS = 6_000        # the broker's minimum

@@ -1,4 +1,4 @@
-from workers.pace import Pace
+from kip.workers.pace import Pace
 
 
 def test_an_untimed_version_runs_one_request_per_call():

@@ -10,12 +10,12 @@ import threading
 import numpy as np
 import pytest
 
-from schemas.messages import output_array
-from schemas.tensors import Tensor
+from kip.schemas.messages import output_array
+from kip.schemas.tensors import Tensor
 from tests.workers.test_background_pull import _answered_from_one_partition, _worker_settings
-from topics.names import TopicNames
-from workers.session import ModelSession
-from workers.worker import Worker
+from kip.topics.names import TopicNames
+from kip.workers.session import ModelSession
+from kip.workers.worker import Worker
 
 pytestmark = pytest.mark.broker
 REQUESTS, CALL = 12, 4

@@ -1,6 +1,6 @@
-from schemas.messages import Priority
-from workers.priority import classes_to_pause
-from workers.telemetry import Throughput
+from kip.schemas.messages import Priority
+from kip.workers.priority import classes_to_pause
+from kip.workers.telemetry import Throughput
 
 I, S, B = Priority.INTERACTIVE, Priority.STANDARD, Priority.BATCH
 

@@ -10,8 +10,8 @@ import pytest
 
 from tests.workers.test_background_pull import _answered_from_one_partition, _worker_settings
 from tests.workers.test_long_batches import _slowed
-from topics.names import TopicNames
-from workers.worker import Worker
+from kip.topics.names import TopicNames
+from kip.workers.worker import Worker
 
 pytestmark = pytest.mark.broker
 REQUESTS, PULL, CALL_S = 16, 4, 0.2

@@ -5,10 +5,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from models.export.digits import dataset
-from schemas.errors import InferenceFailed
-from schemas.tensors import Tensor
-from workers.session import CPU, ModelSession, choose_providers
+from kip.models.export.digits import dataset
+from kip.schemas.errors import InferenceFailed
+from kip.schemas.tensors import Tensor
+from kip.workers.session import CPU, ModelSession, choose_providers
 
 
 def _session(registry, alias: str) -> ModelSession:

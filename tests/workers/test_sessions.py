@@ -10,11 +10,11 @@ import gc
 import numpy as np
 import pytest
 
-from runtime.allocator import give_back
-from schemas.errors import ModelUnavailable
-from schemas.tensors import Tensor
-from workers.sessions import Sessions
-from workers.telemetry import rss_bytes
+from kip.runtime.allocator import give_back
+from kip.schemas.errors import ModelUnavailable
+from kip.schemas.tensors import Tensor
+from kip.workers.sessions import Sessions
+from kip.workers.telemetry import rss_bytes
 
 
 def _version(registry, alias: str) -> tuple[str, str]:

@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from schemas import AuditRecord, DeadLetterRecord, InferenceResult, decode
-from schemas.codec import encode, now_ms
-from schemas.messages import Priority
-from schemas.stamps import stamped
+from kip.schemas import AuditRecord, DeadLetterRecord, InferenceResult, decode
+from kip.schemas.codec import encode, now_ms
+from kip.schemas.messages import Priority
+from kip.schemas.stamps import stamped
 from tests.e2e.conftest import read_topic
 from tests.workers.test_background_pull import _worker_settings
 from tests.workers.test_long_batches import _work_item
-from topics.names import TopicNames
-from workers.worker import Worker
+from kip.topics.names import TopicNames
+from kip.workers.worker import Worker
 
 pytestmark = pytest.mark.broker
 COPIES = 6
@@ -104,7 +104,7 @@ def test_the_refusal_of_an_item_placed_elsewhere_or_late_or_answered():
     """``Answered.refusal`` without a broker."""
     from aiokafka.structs import ConsumerRecord
 
-    from workers.single_use import Answered
+    from kip.workers.single_use import Answered
 
     names = TopicNames("kip")
     item = _fake_item(names)
@@ -123,8 +123,8 @@ def test_the_refusal_of_an_item_placed_elsewhere_or_late_or_answered():
 
 
 def _fake_item(names: TopicNames):
-    from schemas.messages import InferenceRequest, Route, WorkItem
-    from schemas.tensors import Tensor
+    from kip.schemas.messages import InferenceRequest, Route, WorkItem
+    from kip.schemas.tensors import Tensor
     request = InferenceRequest(request_id="r-1", tenant="acme", key_id="k", signature="0" * 64,
                                issued_at_ms=1, priority="standard", model="digits",
                                inputs=[Tensor.from_array("pixels", np.zeros((1, 64),
@@ -139,7 +139,7 @@ def _appended(names: TopicNames, n: int, routed_at_ms: int, appended_at_ms: int)
     on its stamped partition 0, appended at ``appended_at_ms`` by the broker's clock."""
     from types import SimpleNamespace
     from aiokafka.structs import ConsumerRecord
-    from workers.single_use import LOG_APPEND_TIME
+    from kip.workers.single_use import LOG_APPEND_TIME
     topic = names.work("digits", Priority.STANDARD)
     item = SimpleNamespace(
         work_partition=0, routed_at_ms=routed_at_ms,
@@ -152,7 +152,7 @@ def _appended(names: TopicNames, n: int, routed_at_ms: int, appended_at_ms: int)
 
 
 def test_answered_ids_are_kept_for_the_transit_time_and_forgotten_oldest_first():
-    from workers.single_use import Answered
+    from kip.workers.single_use import Answered
     names = TopicNames("unit")
     answered = Answered(names, transit_ms=1000)
     for n in range(5000):   # routed 1 ms apart, appended at once

@@ -1,7 +1,7 @@
 """How a resumed job treats what an earlier run sent (``resume_plan``)."""
 
 from kip.batch.runner import resume_plan
-from schemas.messages import InferenceResult, Timings
+from kip.schemas.messages import InferenceResult, Timings
 
 
 def _sent(request_id: str, delivered: bool) -> dict:

@@ -13,7 +13,7 @@ import pytest
 from kip.batch.job import JobDir
 from kip.batch.runner import chunks, input_columns
 from kip.batch.tables import InputMap, TableWriter, output_table
-from schemas.tensors import Tensor
+from kip.schemas.tensors import Tensor
 
 
 def _write(path, table: pa.Table) -> None:

@@ -1,0 +1,109 @@
+"""aiokafka's internals that transport/aiokafka_adapter.py relies on, pinned against the
+installed release: a newer aiokafka that moves one fails here by name (``scripts/compat``
+runs this file against the newest release the package index serves). The behaviour
+behind each is checked on the real broker by the tests of the modules that use it:
+test_transactions.py, test_producing.py, test_fetch_waits.py, test_inflation.py,
+test_reading.py, test_acl_admin.py and test_quota_admin.py."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.consumer import fetcher
+from aiokafka.producer.sender import AddOffsetsToTxnHandler
+
+from kip.transport import aiokafka_adapter
+
+NOWHERE = "127.0.0.1:9"   # never connected to: these tests only construct clients
+
+
+def _parameters(function) -> list[str]:
+    return list(inspect.signature(function).parameters)
+
+
+def test_a_transactional_producer_keeps_its_transaction_manager_sender_and_partitioner():
+    async def built():
+        producer = AIOKafkaProducer(bootstrap_servers=NOWHERE, transactional_id="pinned")
+        try:
+            txn, sender = producer._txn_manager, producer._sender
+            for method in ("wait_for_pid", "is_in_transaction", "maybe_add_partition_to_txn",
+                           "partitions_to_add", "wait_for_transaction_end"):
+                assert callable(getattr(txn, method)), method
+            assert txn.transactional_id == "pinned" and hasattr(txn, "_transaction_waiter")
+            assert inspect.iscoroutinefunction(sender._find_coordinator)
+            assert isinstance(sender._retry_backoff, float)
+            assert aiokafka_adapter.unkeyed_partition(producer, [0, 1, 2], [0, 1, 2]) in {0, 1, 2}
+            assert isinstance(producer._message_accumulator._batches, dict)
+            assert aiokafka_adapter.internal_waiters(producer) == []   # none in flight
+            assert not aiokafka_adapter.in_transaction(producer)
+        finally:
+            await producer.stop()
+    asyncio.run(built())
+
+
+def test_the_add_offsets_step_can_be_taken_alone():
+    assert _parameters(AddOffsetsToTxnHandler.__init__) == ["self", "sender", "group_id"]
+    assert _parameters(AddOffsetsToTxnHandler.do) == ["self", "node_id"]
+    assert _parameters(AddOffsetsToTxnHandler.handle_response) == ["self", "resp"]
+    assert issubclass(aiokafka_adapter._AddGroup, AddOffsetsToTxnHandler)
+
+
+def test_a_consumer_keeps_its_client_fetch_wait_and_a_fetcher_made_by_start():
+    async def built():
+        consumer = AIOKafkaConsumer(bootstrap_servers=NOWHERE, fetch_max_wait_ms=123)
+        try:
+            assert consumer._fetcher is None and consumer._fetch_max_wait_ms == 123
+            aiokafka_adapter.set_fetch_max_wait(consumer, 7)
+            assert consumer._fetch_max_wait_ms == 7
+            assert callable(consumer._client.add_topic)   # returns an awaitable
+            assert callable(consumer._client.force_metadata_update)
+            assert aiokafka_adapter.unauthorized_topics(consumer) == set()
+            with pytest.raises(RuntimeError, match="start the consumer first"):
+                aiokafka_adapter.lengthen_whole_fetches(consumer, 500)
+        finally:
+            await consumer.stop()
+    asyncio.run(built())
+
+
+def test_the_fetcher_chooses_fetches_and_builds_partition_records_where_the_adapter_hooks():
+    assert _parameters(fetcher.Fetcher._get_actions_per_node) == ["self", "assignment"]
+    assert _parameters(fetcher.Fetcher._select_read_replica) == ["self", "tp"]
+    assert _parameters(fetcher.PartitionRecords.__init__)[:3] == ["self", "tp", "records"]
+    assert fetcher.MemoryRecords is aiokafka_adapter.MemoryRecords
+    source = inspect.getsource(fetcher)
+    assert "MemoryRecords(" in source and "PartitionRecords(" in source
+    request_source = inspect.getsource(fetcher.FetchRequest)
+    assert "_max_wait_ms" in request_source
+
+
+def test_filtering_fetched_bytes_swaps_the_fetchers_names_and_back():
+    seen = []
+    aiokafka_adapter.filter_fetched(lambda tp, data: seen.append(tp) or data)
+    try:
+        assert fetcher.MemoryRecords is aiokafka_adapter._Fetched
+        assert issubclass(fetcher.PartitionRecords, aiokafka_adapter._AIOKAFKAS[1])
+    finally:
+        aiokafka_adapter.unfilter_fetched()
+    assert (fetcher.MemoryRecords, fetcher.PartitionRecords) == aiokafka_adapter._AIOKAFKAS
+
+
+def test_crc32c_and_varints_are_kafkas():
+    assert aiokafka_adapter.calc_crc32c(b"123456789") == 0xE3069283   # CRC-32C check value
+    out = bytearray()
+    aiokafka_adapter.encode_varint(-2, out.append)   # zigzag: -2 -> 3
+    assert bytes(out) == b"\x03"
+
+
+def test_the_admin_client_sends_a_request_it_is_given():
+    assert inspect.iscoroutinefunction(AIOKafkaAdminClient._send_request)
+    assert _parameters(AIOKafkaAdminClient._send_request)[:2] == ["self", "request"]
+    request = aiokafka_adapter.AlterClientQuotasRequest(
+        [([("user", "tenant-a")], [("producer_byte_rate", 1024.0, False)])])
+    struct = request.build(aiokafka_adapter.AlterClientQuotasRequest_v0)
+    assert struct.API_KEY == 49 and struct.encode()
+    describe = aiokafka_adapter.DescribeAclsRequest(1, None, 1, None, None, 1, 1)
+    assert describe.API_KEY == 29
