@@ -70,12 +70,18 @@ def pins() -> dict[str, Requirement]:
     return found
 
 
-def run_tests(target: Path, report: Path, extra: list[str]) -> int:
+def run_tests(target: Path, report: Path, extra: list[str]) -> tuple[int, list[str]]:
+    """pytest's exit code and its output's lines (also printed as they come)."""
     env_path = f"{target}:{repo_root()}"
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    lines = []
+    with subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            f"--junitxml={report}", *ASSUMPTIONS, *extra],
-                          cwd=repo_root(), env=_env(env_path))
-    return done.returncode
+                          cwd=repo_root(), env=_env(env_path), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True) as tests:
+        for line in tests.stdout:
+            print(line, end="", flush=True)
+            lines.append(line.rstrip("\n"))
+    return tests.returncode, lines
 
 
 def _env(python_path: str) -> dict[str, str]:
@@ -83,8 +89,14 @@ def _env(python_path: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": python_path}
 
 
-def failures(report: Path) -> list[tuple[str, str]]:
-    """(test, first line of its error) of each failed or erroring test."""
+def failures(report: Path, output: list[str]) -> list[tuple[str, str]]:
+    """(test, first line of its error) of each failed or erroring test. Without a report
+    the tests did not start (kip failed to import against the release): the error
+    lines of pytest's output say why."""
+    if not report.exists():
+        return [("the tests' collection", line.removeprefix("E").strip())
+                for line in output if line.startswith("E ")][:5] or [
+                    ("the tests' collection", "pytest wrote no report")]
     found = []
     for case in ET.parse(report).iter("testcase"):
         for problem in (*case.iter("failure"), *case.iter("error")):
@@ -122,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
                        f"pinned {pin.specifier}: " + ("admitted" if pin.specifier.contains(
                            versions[name], prereleases=True) else "NOT admitted"))
             print(f"compat: {name} {versions[name]} ({verdict})")
-        code = run_tests(target, Path(folder) / "report.xml", args.pytest)
-        broke = failures(Path(folder) / "report.xml")
+        code, output = run_tests(target, Path(folder) / "report.xml", args.pytest)
+        broke = failures(Path(folder) / "report.xml", output)
     for test, why in broke:
         print(f"compat: BROKE {test}: {why}")
     print("compat: " + ("every assumption holds" if code == 0 and not broke else
