@@ -97,12 +97,14 @@ class Lane:
 
     def begin_early(self, pairs: list[tuple[ConsumerRecord, WorkItem]]) -> None:
         """Begin the transactions of these work items' input partitions while their
-        inference runs, with the partitions their results and audit records go to
-        (transport/transactions.py): the commit after it is a round trip shorter."""
+        inference runs, with the partitions their results, audit records and answered
+        ids go to (transport/transactions.py): the commit after it is a round trip
+        shorter, and one that had to add a partition first would wait a round trip."""
         for tp, group in group_by(pairs, lambda p: TopicPartition(p[0].topic,
                                                                   p[0].partition)).items():
+            ids = (self.names.answered(self.model, group[0][1].request.priority), tp.partition)
             self.transactions.begin_early(
-                tp, [d for _, item in group for d in destinations(item, self.names)])
+                tp, [ids, *(d for _, item in group for d in destinations(item, self.names))])
 
     def commit(self, batch: list[ConsumerRecord], answers: Answers,
                endings: dict[int, Ended | None], answered: dict[TopicPartition, list[Record]]

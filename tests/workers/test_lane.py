@@ -43,3 +43,27 @@ def test_settle_waits_for_a_commit_still_in_flight():
         committed.set()
         await asyncio.wait_for(settling, 1)
     asyncio.run(scenario())
+
+
+def test_a_transaction_begun_early_holds_every_partition_its_commit_writes():
+    """Results, audit records and the answered ids: a partition the commit must add first
+    costs it a round trip (transport/transactions.py)."""
+    from types import SimpleNamespace
+
+    from aiokafka import TopicPartition
+
+    from kip.topics.names import TopicNames
+    from tests.workers.test_endings import _item
+
+    begun = {}
+    names = TopicNames("t")
+    lane = Lane("interactive", "digits", consumer=None, executor=None, preparer=None,
+                transactions=SimpleNamespace(begin_early=begun.__setitem__), sealing=None,
+                names=names, answered=None)
+    item = _item()
+    record = SimpleNamespace(topic="t.work.digits.interactive", partition=2)
+    lane.begin_early([(record, item)])
+    key = item.request.request_id.encode()
+    assert begun == {TopicPartition("t.work.digits.interactive", 2): [
+        (names.answered("digits", item.request.priority), 2), (names.results, key),
+        (names.audit, key)]}
