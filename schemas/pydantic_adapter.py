@@ -16,9 +16,9 @@ the instance's field dict directly, in the order the fields are declared (pydant
 writes JSON in that order), at a third of the constructor's cost.
 
 Nothing is checked but the field names, so a caller passes only values it read off
-validated messages or computed itself. tests/schemas/test_trusted.py checks that every
-message built so equals, and encodes byte for byte as, the one validated from the same
-fields.
+validated messages or computed itself. tests/schemas/test_pydantic_adapter.py checks
+that every message built so equals, and encodes byte for byte as, the one validated
+from the same fields.
 
 **JSON.** ``to_json`` calls the model's serializer itself: ``model_dump_json`` returns
 a str, which every message a stage writes would then encode back to bytes.
