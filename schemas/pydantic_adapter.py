@@ -8,12 +8,12 @@ attributes it sets beside it (``__pydantic_fields_set__``, ``__pydantic_extra__`
 ``__pydantic_serializer__``. tests/schemas/test_pydantic_adapter.py pins each against
 the installed release.
 
-**Built messages.** A worker's result and final audit record are made of fields that came from a work item
-it decoded and checked, from its own clocks and counters, and from model outputs its
-session checked. pydantic's constructor validates every field once more, and
-``model_construct`` costs as much, being a Python loop over the fields. ``built`` fills
-the instance's field dict directly, in the order the fields are declared (pydantic
-writes JSON in that order), at a third of the constructor's cost.
+**Built messages.** A worker's result and final audit record are made of fields that
+came from a work item it decoded and checked, from its own clocks and counters, and
+from model outputs its session checked. pydantic's constructor validates every field
+once more, and ``model_construct`` costs as much, being a Python loop over the fields.
+``built`` fills the instance's field dict directly, in the order the fields are
+declared (pydantic writes JSON in that order), without that second pass.
 
 Nothing is checked but the field names, so a caller passes only values it read off
 validated messages or computed itself. tests/schemas/test_pydantic_adapter.py checks

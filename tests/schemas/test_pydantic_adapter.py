@@ -48,3 +48,14 @@ def test_a_built_message_is_frozen_and_owns_its_fields():
     with pytest.raises(Exception):
         first.total_ms = 2.0
     assert second.queue_ms is None and first.queue_ms == 10.0
+
+
+def test_pydantics_instance_and_class_internals_are_where_the_adapter_reaches():
+    """Pinned against the installed pydantic (``scripts/compat``'s sort of check)."""
+    from kip.schemas.pydantic_adapter import to_json
+    timings = Timings(total_ms=1.5)
+    assert set(vars(timings)) == set(Timings.model_fields)   # the field dict is __dict__
+    for name in ("__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__"):
+        assert hasattr(timings, name), name
+    assert Timings.__pydantic_post_init__ is None   # a model class says it has none
+    assert to_json(timings) == timings.model_dump_json(exclude_none=True).encode()
