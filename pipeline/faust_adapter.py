@@ -1,9 +1,10 @@
 """The pipeline's one door into faust-streaming's and mode's internals.
 
 Everything here overrides or calls what those libraries keep private, and nothing else
-in kip does (``python -m kip.devkit.layers`` checks it); tests/pipeline/test_faust_adapter.py
-pins each assumption against the installed release, and ``scripts/compat`` runs those
-tests against the newest releases the package index serves. What it relies on:
+in kip does (``python -m kip.devkit.layers`` checks it);
+tests/pipeline/test_faust_adapter.py pins each assumption against the installed
+release, and ``scripts/compat`` runs those tests against the newest releases the
+package index serves. What it relies on:
 
 - faust's aiokafka driver: ``Consumer._commit`` (switched off: kip commits offsets in
   its own transactions), ``Consumer._new_consumer_thread``,
@@ -39,11 +40,12 @@ A message the pipeline's screen sheds (no tenant's, past its key's allowance:
 pipeline/intake.py) is passed over here, its read offset kept, never delivered: faust's
 per-event machinery costs more than everything the screen does.
 
-**One loop** (``OnTheLoop``). faust-streaming runs its aiokafka consumer in a thread with a second event loop
-(``ConsumerThread``, a mode ``QueueServiceThread``), and reaches it through a queue: every
-fetch is a call put on that queue, run by the thread's loop, and answered across threads
-(``call_soon_threadsafe``), which then wakes the agents' loop: a lone interactive
-request waited on that hand-off between the fetch's answer and the drain.
+**One loop** (``OnTheLoop``). faust-streaming runs its aiokafka consumer in a thread
+with a second event loop (``ConsumerThread``, a mode ``QueueServiceThread``), and
+reaches it through a queue: every fetch is a call put on that queue, run by the
+thread's loop, and answered across threads (``call_soon_threadsafe``), which then
+wakes the agents' loop: a lone interactive request waited on that hand-off between the
+fetch's answer and the drain.
 
 ``OnTheLoop`` gives the consumer service the agents' loop as its "thread loop" and
 starts it as a plain service there: ``call_thread`` awaits the call in place, and the
