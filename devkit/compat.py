@@ -14,6 +14,7 @@ says which broke. Exit 0 when everything passed.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -85,7 +86,6 @@ def run_tests(target: Path, report: Path, extra: list[str]) -> tuple[int, list[s
 
 
 def _env(python_path: str) -> dict[str, str]:
-    import os
     return {**os.environ, "PYTHONPATH": python_path}
 
 

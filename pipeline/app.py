@@ -1,13 +1,14 @@
-"""The faust-streaming adapter: requests topics -> ``decide`` -> work / result topics.
+"""The pipeline's faust app: requests topics -> ``decide`` -> work / result topics.
 
 Delivery: exactly-once for read_committed readers. A round of up to its class's
 ``take_max`` events, at most ``take_per_partition`` of each partition (collected for at
 most its class's ``round_ms`` after its first event; pipeline/rounds.py) is decided;
 then, for each input partition, one Kafka transaction carries every output of its
 events (work item or result, audit record, dead letter) and the partition's next offset
-for faust's consumer group (transport/transactions.py). faust's own offset commits are switched off
-(``TransactionalConsumer``): kip commits offsets only inside those transactions. Why not
-faust's ``exactly_once`` mode: docs/architecture.md.
+for faust's consumer group (transport/transactions.py). faust's own offset commits are
+switched off (``TransactionalConsumer``, pipeline/faust_adapter.py): kip commits offsets
+only inside those transactions. Why not faust's ``exactly_once`` mode:
+docs/architecture.md.
 
 State: quota settings and fallbacks come from the control topic, capacity from the
 telemetry topic, bucket levels from the quota-levels topic; each is followed by a

@@ -273,7 +273,7 @@ class PartitionTransactions:
         if placements is None:
             placements = {}
             await producer.begin_transaction()
-            await add_group(producer, self.group_id, CONCURRENT_RETRY_S)   # first: see above
+            await add_group(producer, self.group_id, CONCURRENT_RETRY_S)   # first: the docstring says why
         groups = await by_partition(producer, outputs, placements, self.any_partition)
         if begun:   # a partition it lacks is added before any produce goes: above
             await add_partitions(producer, [TopicPartition(*g) for g in groups])
