@@ -1,15 +1,15 @@
-"""A real single-node Apache Kafka broker (KRaft) on loopback, without Docker.
+"""A real Apache Kafka broker (KRaft) on loopback, without Docker.
 
-The broker's jars come from Maven Central through Maven (pinned ``KAFKA_VERSION``) into a
-cache folder reused by every later start. ``LocalBroker`` formats KRaft storage once,
-starts ``kafka.Kafka`` in a child process with single-node settings, and waits for it.
+``LocalBroker`` formats KRaft storage once, starts ``kafka.Kafka`` in a child process
+(its jars: devkit/kafka_jars.py) and waits for it: a single node, or one node of a
+cluster (devkit/cluster.py).
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import random
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,30 +18,13 @@ import time
 import uuid
 from pathlib import Path
 
-from kip.devkit.settings import DevSettings
+from kip.devkit.kafka_jars import KAFKA_VERSION, BrokerError, fetch_jars, require_tool
 from kip.security import ADMIN, CLIENT_MECHANISM, Listeners, Security
 from kip.runtime.files import open_private_log, private_dir
-from kip.topics.catalogue import MAX_MESSAGE_BYTES
+from kip.topics.catalogue import MAX_MESSAGE_BYTES, Replication
 from kip.transport.clients import KafkaConnection
 
-KAFKA_VERSION = "4.1.1"      # pinned: the broker the tests and `kip up` run
-LOG4J_VERSION = "2.25.3"
-SLF4J_VERSION = "2.0.17"
 READY_LINE = "Kafka Server started"
-
-_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>dev.kip</groupId><artifactId>kafka-broker</artifactId><version>1</version>
-  <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>{kafka}</version></dependency>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-storage</artifactId><version>{kafka}</version></dependency>
-    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-api</artifactId><version>{slf4j}</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId><version>{log4j}</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>{log4j}</version></dependency>
-  </dependencies>
-</project>
-"""
-
 _LOG4J = """rootLogger.level=WARN
 rootLogger.appenderRef.out.ref=out
 appender.out.type=Console
@@ -62,48 +45,6 @@ logger.server.level=INFO
 # benches").
 JVM_OPTIONS = ["-Xms512m", "-Xmx1g", "-XX:+UseZGC"]
 PLAIN_JVM_OPTIONS = [*JVM_OPTIONS, "-XX:TieredStopAtLevel=1"]
-
-
-class BrokerError(RuntimeError):
-    """The local broker could not be fetched, started or reached."""
-
-
-def cache_dir() -> Path:
-    return DevSettings().cache_dir / f"kafka-{KAFKA_VERSION}"
-
-
-def require_tool(name: str, why: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise BrokerError(f"'{name}' is not on PATH; {why}. Install it (e.g. "
-                          f"apt-get install {'openjdk-17-jre-headless' if name == 'java' else 'maven'})"
-                          " and try again.")
-    return path
-
-
-def fetch_jars(log=print) -> Path:
-    """The folder of broker jars, fetched with Maven on first use."""
-    libs = cache_dir() / "libs"
-    if (libs / f"kafka_2.13-{KAFKA_VERSION}.jar").exists():
-        return libs
-    mvn = require_tool("mvn", "Maven fetches the Kafka broker jars from Maven Central")
-    require_tool("java", "the Kafka broker runs on Java 17+")
-    work = cache_dir()
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "pom.xml").write_text(_POM.format(kafka=KAFKA_VERSION, log4j=LOG4J_VERSION,
-                                              slf4j=SLF4J_VERSION))
-    staging = work / "libs.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    log(f"fetching Apache Kafka {KAFKA_VERSION} broker jars with Maven into {libs} "
-        "(first time only, ~1 min)...")
-    cmd = [mvn, "-B", "-q", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
-           f"-DoutputDirectory={staging}", "-DincludeScope=runtime"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise BrokerError(f"Maven could not fetch the Kafka jars:\n{done.stdout[-2000:]}"
-                          f"{done.stderr[-2000:]}")
-    staging.rename(libs)
-    return libs
 
 
 def free_port() -> int:
@@ -133,27 +74,42 @@ def _bindable(port: int) -> bool:
 
 
 class LocalBroker:
-    """One KRaft broker+controller process whose state lives in ``data_dir``.
+    """One KRaft broker+controller process whose state lives in ``data_dir``: alone, or
+    node ``node_id`` of a cluster whose controllers are ``voters``
+    (``devkit/cluster.py``), formatted with that cluster's ``cluster_id``.
 
     ``secure``: SASL_SSL on ``port``, mTLS on ``mtls_port``, the StandardAuthorizer, and
     a SCRAM user for each of ``users`` (and ``admin``) created when storage is formatted
     (kip/security.py); ``kafka`` then connects as ``admin``, ``client(user)`` as another.
+    A cluster's nodes share one ``security``.
+
+    ``replication``: how Kafka's own topics (consumer offsets, transaction state) and any
+    topic created without a factor are replicated; 1 and 1 alone.
     """
 
     def __init__(self, data_dir: str | os.PathLike, port: int = 9092,
                  controller_port: int | None = None, *, secure: bool = False,
                  users: list[str] = (), mtls_port: int | None = None,
-                 config: Path | None = None, steady_state: bool = False) -> None:
+                 config: Path | None = None, steady_state: bool = False,
+                 node_id: int = 1, voters: str | None = None, cluster_id: str | None = None,
+                 replication: Replication = Replication(),
+                 security: Security | None = None) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port
         self.controller_port = controller_port or port + 1
         self.mtls_port = mtls_port or port + 2
         self.pid_file = self.data_dir / "broker.pid"
         self._proc: subprocess.Popen | None = None
+        self._log_start = 0
         self.log_file = self.data_dir / "broker.log"
-        self.security = Security(self.data_dir / "security", list(users)) if secure else None
+        self.security = security or (
+            Security(self.data_dir / "security", list(users)) if secure else None)
         self.config = config   # a server.properties of someone else's making, run as it is
         self.steady_state = steady_state
+        self.node_id = node_id
+        self.voters = voters or f"{node_id}@127.0.0.1:{self.controller_port}"
+        self.cluster_id = cluster_id
+        self.replication = replication
 
     @property
     def bootstrap(self) -> str:
@@ -185,7 +141,7 @@ class LocalBroker:
     def client_config(self, user: str, *, mtls: bool = False) -> Path:
         """The client config file of ``user`` (for ``KIP_KAFKA_CONFIG``): SCRAM over TLS,
         or its certificate over mTLS."""
-        return self.data_dir / "security" / "clients" / (
+        return self.security.folder / "clients" / (
             f"{user}.mtls.json" if mtls else f"{user}.json")
 
     def start(self, timeout_s: float = 60.0, log=print) -> None:
@@ -193,6 +149,21 @@ class LocalBroker:
         if self.pid() is not None:
             log(f"kafka broker already running (pid {self.pid()}) on {self.bootstrap}")
             return
+        started = time.monotonic()
+        proc = self.launch(log)
+        self.wait_ready(timeout_s)
+        log(f"kafka broker {KAFKA_VERSION} ready on {self.bootstrap} "
+            f"in {time.monotonic() - started:.1f}s (pid {proc.pid}, log {self.log_file})")
+        if self.security:
+            folder = self.security.write_client_configs(
+                self.bootstrap, mtls_bootstrap=self.mtls_bootstrap)
+            log(f"secured: SASL_SSL on {self.bootstrap}, mTLS on {self.mtls_bootstrap}; "
+                f"client configs in {folder} (export KIP_KAFKA_CONFIG={folder}/admin.json)")
+
+    def launch(self, log=print, prefix: list[str] = ()) -> subprocess.Popen:
+        """Start the broker's process (its storage formatted first, once) and return it
+        without waiting: a cluster's nodes wait for each other's votes. ``prefix``: a
+        command the JVM runs under (``ip netns exec <host>``: devkit/hosts.py)."""
         libs = fetch_jars(log)
         java = require_tool("java", "the Kafka broker runs on Java 17+")
         private_dir(self.data_dir)   # the broker's data and logs: kip's account only
@@ -201,23 +172,31 @@ class LocalBroker:
         classpath = f"{libs}/*"
         if not (self.data_dir / "logs" / "meta.properties").exists():
             self._format(java, classpath, props)
-        started = time.monotonic()
         with open_private_log(self.log_file) as out:
+            self._log_start = out.tell()   # an earlier run's ready line must not count
             proc = subprocess.Popen(
-                [java, *self.jvm_options,
+                [*prefix, java, *self.jvm_options,
                  f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
                  "-cp", classpath, "kafka.Kafka", str(props)],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self._proc = proc   # held so that stop() can reap it
         self.pid_file.write_text(str(proc.pid))
-        self._wait_ready(proc, timeout_s)
-        log(f"kafka broker {KAFKA_VERSION} ready on {self.bootstrap} "
-            f"in {time.monotonic() - started:.1f}s (pid {proc.pid}, log {self.log_file})")
-        if self.security:
-            folder = self.security.write_client_configs(
-                self.bootstrap, mtls_bootstrap=self.mtls_bootstrap)
-            log(f"secured: SASL_SSL on {self.bootstrap}, mTLS on {self.mtls_bootstrap}; "
-                f"client configs in {folder} (export KIP_KAFKA_CONFIG={folder}/admin.json)")
+        return proc
+
+    def kill(self) -> None:
+        """SIGKILL: the broker dies as a lost host's would, with no controlled shutdown."""
+        pid = self.pid()
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGKILL)
+        self._wait_gone(pid)
+
+    def pause(self) -> None:
+        """SIGSTOP: the broker holds its connections and answers nothing."""
+        os.kill(self.pid(), signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid(), signal.SIGCONT)
 
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Stop the broker if it runs (SIGTERM, then SIGKILL); True if one was stopped."""
@@ -230,12 +209,17 @@ class LocalBroker:
             time.sleep(0.1)
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
+        self._wait_gone(pid)
+        return True
+
+    def _wait_gone(self, pid: int) -> None:
         if self._proc is not None and self._proc.pid == pid:
             self._proc.wait()
             self._proc = None
         _reap(pid)
+        while _alive(pid):
+            time.sleep(0.05)
         self.pid_file.unlink(missing_ok=True)
-        return True
 
     def pid(self) -> int | None:
         try:
@@ -254,19 +238,14 @@ class LocalBroker:
         props = self.data_dir / "server.properties"
         props.write_text("\n".join([
             "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+            f"node.id={self.node_id}",
+            f"controller.quorum.voters={self.voters}",
             "controller.listener.names=CONTROLLER",
             *self._listeners(),
             f"log.dirs={self.data_dir / 'logs'}",
-            # single node: internal topics cannot have more replicas than brokers
-            "offsets.topic.replication.factor=1",
+            *self.replication.broker_properties(),
             "offsets.topic.num.partitions=6",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
             "transaction.state.log.num.partitions=6",
-            "min.insync.replicas=1",
-            "default.replication.factor=1",
             "group.initial.rebalance.delay.ms=0",
             "auto.create.topics.enable=false",
             f"message.max.bytes={MAX_MESSAGE_BYTES}",
@@ -288,24 +267,38 @@ class LocalBroker:
 
     def _format(self, java: str, classpath: str, props: Path) -> None:
         cmd = [java, "-cp", classpath, "kafka.tools.StorageTool", "format",
-               "-t", uuid.uuid4().hex[:22], "-c", str(props), "--ignore-formatted",
+               f"--cluster-id={self.cluster_id or new_cluster_id()}", "-c", str(props),
+               "--ignore-formatted",
                *(self.security.format_args() if self.security else [])]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise BrokerError(f"formatting KRaft storage failed:\n{done.stdout}{done.stderr}")
 
-    def _wait_ready(self, proc: subprocess.Popen, timeout_s: float) -> None:
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Return when the launched broker accepts clients; raise if it exits first."""
+        proc = self._proc
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 self.pid_file.unlink(missing_ok=True)
                 raise BrokerError(f"the broker exited with {proc.returncode}; see {self.log_file}:\n"
                                   + self.log_file.read_text()[-3000:])
-            if READY_LINE in self.log_file.read_text(errors="replace") and _port_open(self.port):
+            if self._ready_logged() and _port_open(self.port):
                 return
             time.sleep(0.2)
         self.stop()
         raise BrokerError(f"the broker was not ready within {timeout_s:.0f}s; see {self.log_file}")
+
+
+    def _ready_logged(self) -> bool:
+        with open(self.log_file, "rb") as log:
+            log.seek(self._log_start)
+            return READY_LINE.encode() in log.read()
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, base64 without padding (22 characters)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 def _alive(pid: int) -> bool:

@@ -11,12 +11,17 @@ from pathlib import Path
 from kip.devkit import (bench_batch, bench_buckets, bench_burst, bench_checks, bench_cost,
                         bench_flood, bench_load, bench_prepare, bench_rollout, bench_throughput,
                         faults)
+from kip.devkit.arguments import count
 from kip.devkit.settings import DevSettings
 
 
 SECURE_HELP = ("SASL_SSL (SCRAM) on --port and mTLS on the port after the controller's, "
                "the authorizer denying what no ACL allows; a SCRAM user per role and a "
                "client config per user in the broker's folder")
+
+BROKERS_HELP = ("brokers of a KRaft cluster on loopback, each broker and controller, node i "
+                "on --port + 3(i-1); replication factor 3 and min.insync.replicas 2 from 3 "
+                "brokers on, unclean leader election off (docs/deploy.md)")
 
 
 BENCHES = [
@@ -43,10 +48,11 @@ BENCHES = [
 
 def add_commands(sub) -> None:
     home = DevSettings().home
-    kafka = sub.add_parser("kafka", help="a local single-node Kafka broker (KRaft)")
+    kafka = sub.add_parser("kafka", help="a local Kafka broker, or a cluster (KRaft)")
     kafka.add_argument("action", choices=["start", "stop", "status"])
     kafka.add_argument("--dir", type=Path, default=home / "kafka")
     kafka.add_argument("--port", type=int, default=9092)
+    kafka.add_argument("--brokers", type=count, default=1, help=BROKERS_HELP)
     kafka.add_argument("--secure", action="store_true", help=SECURE_HELP)
     kafka.set_defaults(func=_kafka)
 
@@ -55,12 +61,14 @@ def add_commands(sub) -> None:
     up.add_argument("--secure", action="store_true", help=SECURE_HELP + "; ACLs applied, "
                     "every process connects as its own role")
     up.add_argument("--port", type=int, default=9092, help="the local broker's port")
+    up.add_argument("--brokers", type=count, default=1, help=BROKERS_HELP)
     up.add_argument("--metrics-port", type=int, default=9101,
                     help="the pipeline's metrics port; each worker takes the next (0: none)")
     up.set_defaults(func=_terminable(_up))
     demo = sub.add_parser("demo", help="send demo traffic to a running kip")
     demo.add_argument("--secure", action="store_true", help="the running kip is secured")
     demo.add_argument("--port", type=int, default=9092, help="the running kip's broker port")
+    demo.add_argument("--brokers", type=count, default=1, help="the running kip's brokers")
     demo.set_defaults(func=_demo)
 
     bench = sub.add_parser("bench", help="benchmarks that start a kip of their own")
@@ -100,15 +108,16 @@ def _as_ctrl_c(signum, frame) -> None:
 
 
 def _kafka(args) -> int:
-    from kip.devkit.broker import LocalBroker
+    from kip.devkit.cluster import local_kafka
     from kip.devkit.stack import DevStack
 
     users = DevStack().roles() if args.secure else []
-    broker = LocalBroker(args.dir, port=args.port, secure=args.secure, users=users)
+    broker = local_kafka(args.dir, args.brokers, port=args.port, secure=args.secure,
+                         users=users)
     if args.action == "start":
         broker.start()
     elif args.action == "stop":
-        print("kafka broker stopped" if broker.stop() else "kafka broker was not running")
+        print("kafka stopped" if broker.stop() else "kafka was not running")
     else:
         print(broker.status())
         return 0 if broker.pid() else 3
@@ -118,7 +127,8 @@ def _kafka(args) -> int:
 def _up(args) -> int:
     from kip.devkit.stack import DevStack
 
-    stack = DevStack(secure=args.secure, port=args.port, metrics_base_port=args.metrics_port)
+    stack = DevStack(secure=args.secure, port=args.port, metrics_base_port=args.metrics_port,
+                     brokers=args.brokers)
     try:
         stack.prepare()
         stack.start_services()
@@ -136,7 +146,7 @@ def _up(args) -> int:
 
 def _demo(args) -> int:
     from kip.devkit.stack import DevStack
-    return _demo_against(DevStack(secure=args.secure, port=args.port))
+    return _demo_against(DevStack(secure=args.secure, port=args.port, brokers=args.brokers))
 
 
 def _demo_against(stack) -> int:

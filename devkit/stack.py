@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from kip.devkit.broker import LocalBroker, free_port
+from kip.devkit.broker import LocalBroker, free_port, free_port_run
+from kip.devkit.cluster import PORTS_PER_NODE, LocalCluster, local_kafka
 from kip.client import KipClient
 from kip.security import ensure_access_file
 from kip.tenants import broker_quotas
@@ -36,8 +37,8 @@ from kip.schemas.codec import now_ms
 from kip.transport.acl_admin import apply as apply_acls
 from kip.topics.acls import plan
 from kip.transport.quota_admin import apply_quotas
-from kip.transport.admin import apply
-from kip.topics.catalogue import catalogue
+from kip.transport.admin import apply, cluster_brokers
+from kip.topics.catalogue import Replication, catalogue
 from kip.transport.clients import KafkaConnection
 from kip.topics.names import TopicNames
 
@@ -68,22 +69,25 @@ class DevStack:
     metrics_base_port: int = 9101
     worker_env: dict[str, str] = field(default_factory=dict)
     split_pipeline: bool = False   # one pipeline for interactive, one (niced) for the rest
-    own_broker: LocalBroker | None = None   # the broker ``own_stack`` started
+    brokers: int = 1   # the local Kafka's: one broker, or a cluster
+    own_broker: LocalBroker | LocalCluster | None = None   # the Kafka ``own_stack`` started
     secure: bool = False
     mtls: bool = False   # on a secured stack: every process connects with its certificate
+    replication_factor: int | None = None   # unset: what the cluster can hold
+    min_insync_replicas: int | None = None
     procs: list[subprocess.Popen] = field(default_factory=list)
     logs: dict[int, Path] = field(default_factory=dict)   # pid -> its log file
     signed: list[Path] = field(default_factory=list)   # signature files it wrote
 
     @cached_property
-    def broker(self) -> LocalBroker:
+    def broker(self) -> LocalBroker | LocalCluster:
         if self.own_broker is not None:
             return self.own_broker
-        return LocalBroker(self.home / "kafka", port=self.port, secure=self.secure,
-                           users=self.roles())
+        return local_kafka(self.home / "kafka", self.brokers, port=self.port,
+                           secure=self.secure, users=self.roles())
 
     @property
-    def secured(self) -> LocalBroker | None:
+    def secured(self) -> LocalBroker | LocalCluster | None:
         """The broker, when this stack runs a secured one of its own."""
         if self.bootstrap_servers is not None and self.own_broker is None:
             return None
@@ -143,7 +147,12 @@ class DevStack:
                              "KIP_TOPIC_PREFIX": self.prefix,
                              "KIP_REGISTRY_DIR": str(self.registry.root),
                              "KIP_ACCESS_FILE": str(self.access_file),
-                             "KIP_REQUIRE_SIGNED_MODELS": "true"}
+                             "KIP_REQUIRE_SIGNED_MODELS": "true"} | self._replication_env()
+
+    def _replication_env(self) -> dict[str, str]:
+        wanted = {"KIP_REPLICATION_FACTOR": self.replication_factor,
+                  "KIP_MIN_INSYNC_REPLICAS": self.min_insync_replicas}
+        return {name: str(value) for name, value in wanted.items() if value is not None}
 
     def prepare(self, log=print) -> None:
         """Broker running, topics applied, reference models built, access file present."""
@@ -153,12 +162,16 @@ class DevStack:
         for made in self.settings.ensure_keys():
             log(f"made {made}")
         tenants = ensure_dev_access(self.access_file).tenants
-        report = asyncio.run(apply(self.kafka, catalogue(self.names, REFERENCE_MODELS,
-                                                         tenants=list(tenants))))
+        replication = self.replication()
+        report = asyncio.run(apply(self.kafka, catalogue(
+            self.names, REFERENCE_MODELS, tenants=list(tenants), replication=replication)))
         log(f"topics: {len(report.created)} created, {len(report.unchanged)} unchanged, "
-            f"{len(report.drift)} drifted")
+            f"{len(report.drift)} drifted (replication factor {replication.factor}, "
+            f"min.insync.replicas {replication.min_insync})")
         for line in report.drift:
             log(f"  DRIFT {line}")
+        for line in report.warnings:
+            log(f"  WARNING {line}")
         if self.secured:
             wanted = plan(self.names, REFERENCE_MODELS,
                           {t: policy.priorities for t, policy in tenants.items()})
@@ -169,6 +182,13 @@ class DevStack:
             log(f"broker quotas: {len(quotas.set)} set, {len(quotas.unchanged)} unchanged")
         build_reference(self.registry, log)
         self.sign_models(REFERENCE_MODELS)
+
+    def replication(self) -> Replication:
+        """How this stack's topics are replicated: as its fields say, else what its
+        cluster can hold."""
+        settings = KipSettings(replication_factor=self.replication_factor,
+                               min_insync_replicas=self.min_insync_replicas)
+        return settings.replication(asyncio.run(cluster_brokers(self.kafka)))
 
     def sign_models(self, aliases) -> None:
         """The versions ``aliases`` point to, signed with this stack's model key, which its
@@ -307,20 +327,23 @@ BUSES = ("plaintext", "scram", "mtls")
 @asynccontextmanager
 async def own_stack(prefix: str, registry_dir: Path, worker_env: dict[str, str] | None = None,
                     split_pipeline: bool = False, bus: str = "plaintext", log=print,
-                    steady_state: bool = False, access: AccessConfig | None = None
+                    steady_state: bool = False, access: AccessConfig | None = None,
+                    brokers: int = 1, replication_factor: int | None = None
                     ) -> AsyncIterator[DevStack]:
-    """A prepared kip with a broker of its own on free loopback ports, in a temporary
-    folder, on ``bus`` (``BUSES``), compiled by C2 where ``steady_state``
-    (``LocalBroker``), with ``access`` as its access file (default: one demo tenant);
-    services are the caller's to start. Everything stops on exit."""
+    """A prepared kip with a broker (or a cluster of ``brokers``) of its own on free
+    loopback ports, in a temporary folder, on ``bus`` (``BUSES``), compiled by C2 where
+    ``steady_state`` (``LocalBroker``), with ``access`` as its access file (default: one
+    demo tenant), its topics replicated ``replication_factor`` times (default: what the
+    cluster can hold); services are the caller's to start. Everything stops on exit."""
     with tempfile.TemporaryDirectory(prefix=f"kip-{prefix}-") as tmp:
         if access is not None:
             write_private(Path(tmp) / "access.json", access.to_json().encode())
-        broker = _own_broker(Path(tmp), bus, steady_state)
+        broker = _own_broker(Path(tmp), bus, steady_state, brokers)
         stack = DevStack(home=Path(tmp), bootstrap_servers=broker.bootstrap, prefix=prefix,
                          registry_dir=registry_dir, metrics_base_port=0,
                          worker_env=worker_env or {}, split_pipeline=split_pipeline,
-                         own_broker=broker, mtls=bus == "mtls")
+                         own_broker=broker, mtls=bus == "mtls",
+                         replication_factor=replication_factor)
         try:
             await asyncio.to_thread(broker.start, log=log)
             await asyncio.to_thread(stack.prepare, log)
@@ -331,16 +354,22 @@ async def own_stack(prefix: str, registry_dir: Path, worker_env: dict[str, str] 
             stack.remove_signatures()
 
 
-def _own_broker(home: Path, bus: str, steady_state: bool) -> LocalBroker:
-    """A broker for a stack in ``home``: plain, or secured with a user for each of the
-    stack's roles (its SASL_SSL listener and its mTLS one both open)."""
+def _own_broker(home: Path, bus: str, steady_state: bool, brokers: int = 1
+                ) -> LocalBroker | LocalCluster:
+    """A broker (or a cluster of ``brokers``) for a stack in ``home``: plain, or secured
+    with a user for each of the stack's roles (its SASL_SSL listener and its mTLS one
+    both open)."""
     if bus not in BUSES:
         raise ValueError(f"bus '{bus}': expected one of {', '.join(BUSES)}")
+    security = {} if bus == "plaintext" else dict(secure=True, users=DevStack(home=home).roles())
+    if brokers > 1:
+        base = free_port_run(PORTS_PER_NODE * brokers)
+        return LocalCluster(home / "kafka", brokers, base, steady_state=steady_state,
+                            **security)
     ports = dict(port=free_port(), controller_port=free_port(), steady_state=steady_state)
-    if bus == "plaintext":
-        return LocalBroker(home / "kafka", **ports)
-    return LocalBroker(home / "kafka", **ports, mtls_port=free_port(), secure=True,
-                       users=DevStack(home=home).roles())
+    if security:
+        ports["mtls_port"] = free_port()
+    return LocalBroker(home / "kafka", **ports, **security)
 
 
 def _tail(path: Path | None, lines: int = 15) -> str:

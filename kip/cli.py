@@ -184,17 +184,23 @@ def _add_process_commands(sub) -> None:
 
 
 def _topics(args) -> int:
-    from kip.transport.admin import apply
-    from kip.topics.catalogue import catalogue
+    from kip.transport.admin import apply, cluster_brokers
+    from kip.topics.catalogue import Replication, catalogue
 
     settings = KipSettings()
-    specs = catalogue(settings.names, args.models.split(","), args.partitions,
-                      list(_tenant_classes()))
+
+    def specs(replication: Replication = Replication()) -> list:
+        return catalogue(settings.names, args.models.split(","), args.partitions,
+                         list(_tenant_classes()), replication)
     if args.action == "list":
-        for s in specs:
+        for s in specs():
             print(f"{s.name:40} partitions={s.partitions} key={s.key:12} {s.purpose}")
         return 0
-    report = asyncio.run(apply(settings.kafka, specs))
+    brokers = asyncio.run(cluster_brokers(settings.kafka))
+    replication = settings.replication(brokers)
+    print(f"{brokers} broker{'s' if brokers > 1 else ''}: replication factor "
+          f"{replication.factor}, min.insync.replicas {replication.min_insync}")
+    report = asyncio.run(apply(settings.kafka, specs(replication)))
     print("\n".join(report.lines()))
     return 2 if report.drift else 0
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from kip.certs import CertificateAuthority, Issued
 from kip.runtime.files import private_dir, write_private
 from kip.pipeline.access import AccessConfig, ApiKey, TenantPolicy
+from kip.topics.catalogue import Replication
 
 ADMIN, CONTROLLER = "admin", "controller"
 SCRAM_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
@@ -174,9 +175,7 @@ QUOTA_WINDOW = ["quota.window.num=2", "quota.window.size.seconds=1"]
 # What a single-node KRaft broker in a container needs besides its security.
 CONTAINER_BROKER = [
     "process.roles=broker,controller", "node.id=1", "controller.listener.names=CONTROLLER",
-    "offsets.topic.replication.factor=1",
-    "transaction.state.log.replication.factor=1", "transaction.state.log.min.isr=1",
-    "min.insync.replicas=1", "default.replication.factor=1",
+    *Replication().broker_properties(),
     "group.initial.rebalance.delay.ms=0", "auto.create.topics.enable=false",
 ]
 

@@ -58,6 +58,7 @@ from kip.schemas.errors import Internal
 from kip.schemas.messages import Priority
 from kip.schemas.result_signatures import request_sha256
 from kip.topics.catalogue import MAX_MESSAGE_BYTES
+from kip.transport.admin import cluster_brokers
 from kip.transport.clients import INFLATION_BUDGET_BYTES
 from kip.transport.inflation import bound_inflation
 from kip.transport.outputs import Output, Record, signed_records
@@ -126,13 +127,15 @@ class PipelineState:
         return changed
 
 
-def create_app(settings: PipelineSettings) -> faust.App:
+def create_app(settings: PipelineSettings, replicas: int = 1) -> faust.App:
+    """The pipeline's faust app; ``replicas``: the replication factor of the one topic
+    faust creates itself (its assignor's leader topic)."""
     bound_inflation(_record_limits(settings), INFLATION_BUDGET_BYTES)
     app = faust.App(
         settings.names.pipeline_group(settings.classes),
         **settings.kafka.faust_broker(),
         store="memory://", web_enabled=False,
-        datadir=str(_faust_dir(settings) / "{conf.name}-data"), topic_replication_factor=1,
+        datadir=str(_faust_dir(settings) / "{conf.name}-data"), topic_replication_factor=replicas,
         producer_acks=-1, consumer_auto_offset_reset="earliest", autodiscover=False,
         topic_partitions=settings.request_partitions,
         broker_session_timeout=settings.session_timeout_ms / 1000,
@@ -338,7 +341,8 @@ def run(settings: PipelineSettings) -> None:
     if settings.nice:
         os.nice(settings.nice)
     allocator.pin_mmap_threshold()   # before anything is read: runtime/allocator.py
-    app = create_app(settings)
+    brokers = asyncio.run(cluster_brokers(settings.kafka))
+    app = create_app(settings, settings.replication(brokers).factor)
     metrics.serve(settings.metrics_port, settings.metrics_host)
     worker = _Worker(app, loglevel=settings.log_level, quiet=True)
     worker.execute_from_commandline()

@@ -18,6 +18,7 @@ from kip.runtime import keys
 from kip.schemas.pseudonyms import PseudonymKey
 from kip.schemas.stamps import StampKeys
 from kip.transport.clients import KafkaConnection, SaslMechanism, SecurityProtocol
+from kip.topics.catalogue import Replication
 from kip.topics.names import TopicNames
 from kip.transport.outputs import Sealing
 
@@ -31,6 +32,12 @@ class KipSettings(BaseSettings):
                        "access file, logs")
     bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers")
     topic_prefix: str = Field("kip", description="first part of every topic name")
+    replication_factor: int | None = Field(
+        None, ge=1, description="copies of each partition of every topic kip creates "
+        "(faust's included); unset: 3, or the number of brokers where fewer")
+    min_insync_replicas: int | None = Field(
+        None, ge=1, description="copies that must hold a record before it counts as "
+        "written; unset: one less than the replication factor, at most 2")
     registry_dir: Path = Field(None, description="model registry root (default "
                                "$KIP_HOME/registry)", validate_default=False)
     metrics_port: int = Field(0, description="Prometheus port; 0 = do not serve")
@@ -99,6 +106,11 @@ class KipSettings(BaseSettings):
                                  self.result_public_keys_file)
                 + keys.ensure_model_keys(self.model_signing_key_file,
                                          self.model_public_keys_file))
+
+    def replication(self, brokers: int) -> Replication:
+        """How kip's topics are replicated on a cluster of ``brokers``."""
+        return Replication.for_cluster(brokers, self.replication_factor,
+                                       self.min_insync_replicas)
 
     @property
     def names(self) -> TopicNames:

@@ -1,4 +1,5 @@
-"""Session fixtures: one real Kafka broker and one registry with the reference models.
+"""Session fixtures: one real Kafka broker (and, for the tests that ask, a secured one and
+a cluster of three) and one registry with the reference models.
 
 The broker runs on free loopback ports in a temporary folder and is always stopped.
 Topic names are unique per test module (``prefix``), so tests never see each other's
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from kip.devkit.broker import LocalBroker, free_port
+from kip.devkit.broker import LocalBroker, free_port, free_port_run
+from kip.devkit.cluster import PORTS_PER_NODE, LocalCluster
 from kip.models.export.reference import build_reference
 from kip.models.registry import Registry
 
@@ -28,6 +30,19 @@ def broker(tmp_path_factory) -> LocalBroker:
         yield b
     finally:
         b.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory) -> LocalCluster:
+    """Three KRaft nodes, each broker and controller, as a production cluster runs:
+    Kafka's topics and kip's replicated 3 times, 2 in sync, no unclean elections."""
+    c = LocalCluster(tmp_path_factory.mktemp("kafka-cluster"), 3,
+                     free_port_run(3 * PORTS_PER_NODE))
+    c.start(log=lambda *_: None)
+    try:
+        yield c
+    finally:
+        c.stop()
 
 
 # Every principal the secured tests use: kip's roles and a few tenants.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kip.schemas.messages import PRIORITIES
 from kip.topics.names import TopicNames
@@ -19,27 +19,80 @@ APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
 
 
 @dataclass(frozen=True)
+class Replication:
+    """How many brokers keep a copy of each partition (``factor``), and how many of them
+    must hold a record before an ``acks=all`` producer is told it is written
+    (``min_insync``). With fewer copies in sync than that, writes are refused rather than
+    kept on too few disks (docs/deploy.md)."""
+
+    factor: int = 1
+    min_insync: int = 1
+
+    @classmethod
+    def for_cluster(cls, brokers: int, factor: int | None = None,
+                    min_insync: int | None = None) -> Replication:
+        """What a cluster of ``brokers`` can hold, where not given: a factor of 3 (Kafka's
+        guidance) or every broker where fewer, and ``min_insync`` one less than the
+        factor, at most 2: one broker may be down and writes go on."""
+        factor = factor or min(3, brokers)
+        chosen = cls(factor, min_insync or max(1, min(2, factor - 1)))
+        chosen.check(brokers)
+        return chosen
+
+    def broker_properties(self) -> list[str]:
+        """A broker's settings for Kafka's own topics (consumer offsets, transaction
+        state) and for any topic created without its own, replicated as kip's are; and
+        never an unclean leader election: a replica that is behind never becomes leader,
+        at the price of waiting for one that is not (docs/deploy.md)."""
+        return [f"offsets.topic.replication.factor={self.factor}",
+                f"transaction.state.log.replication.factor={self.factor}",
+                f"transaction.state.log.min.isr={self.min_insync}",
+                f"default.replication.factor={self.factor}",
+                f"min.insync.replicas={self.min_insync}",
+                "unclean.leader.election.enable=false"]
+
+    def check(self, brokers: int) -> None:
+        if self.factor > brokers:
+            raise ValueError(f"replication factor {self.factor} on a cluster of {brokers} "
+                             f"broker{'s' if brokers != 1 else ''}: a topic cannot have more "
+                             "copies than brokers")
+        if not 1 <= self.min_insync <= self.factor:
+            raise ValueError(f"min.insync.replicas {self.min_insync} with replication factor "
+                             f"{self.factor}: it must be between 1 and the factor")
+
+
+@dataclass(frozen=True)
 class TopicSpec:
     name: str
     partitions: int
     key: str
     purpose: str
     config: dict[str, str] = field(default_factory=dict)
+    replicas: int = 1
 
 
 def _delete(retention_ms: int) -> dict[str, str]:
     return {"cleanup.policy": "delete", "retention.ms": str(retention_ms),
-            "max.message.bytes": str(MAX_MESSAGE_BYTES), "min.insync.replicas": "1"}
+            "max.message.bytes": str(MAX_MESSAGE_BYTES)}
 
 
 def _compact() -> dict[str, str]:
-    return {"cleanup.policy": "compact", "min.insync.replicas": "1"}
+    return {"cleanup.policy": "compact"}
 
 
 def catalogue(names: TopicNames, models: list[str], partitions: int = 3,
-              tenants: list[str] = ()) -> list[TopicSpec]:
+              tenants: list[str] = (), replication: Replication = Replication()
+              ) -> list[TopicSpec]:
     """The full topic list for a deployment serving ``models`` to ``tenants`` (each gets
-    a reply topic of its own, where its results go by default)."""
+    a reply topic of its own, where its results go by default), every topic replicated
+    as ``replication`` says."""
+    return [replace(spec, replicas=replication.factor,
+                    config=spec.config | {"min.insync.replicas": str(replication.min_insync)})
+            for spec in _unreplicated(names, models, partitions, tenants)]
+
+
+def _unreplicated(names: TopicNames, models: list[str], partitions: int,
+                  tenants: list[str]) -> list[TopicSpec]:
     specs = [TopicSpec(names.requests(p), partitions, "tenant",
                        f"inference requests of class {p.value}", _delete(DAY_MS))
              for p in PRIORITIES]

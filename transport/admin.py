@@ -1,4 +1,5 @@
-"""``kip topics apply``: create missing topics, report drift, change nothing else."""
+"""``kip topics apply``: create missing topics, report drift, warn where a topic can lose
+data; change nothing else."""
 
 from __future__ import annotations
 
@@ -18,17 +19,29 @@ class ApplyReport:
     created: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     drift: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)   # topics that can lose data
 
     def lines(self) -> list[str]:
         out = [f"created   {n}" for n in self.created]
         out += [f"ok        {n}" for n in self.unchanged]
         out += [f"DRIFT     {d}" for d in self.drift]
+        out += [f"WARNING   {w}" for w in self.warnings]
         return out
 
 
-async def apply(kafka: KafkaConnection, specs: list[TopicSpec], replication_factor: int = 1
-                ) -> ApplyReport:
-    """Create what is missing; compare partitions and config of what exists."""
+async def cluster_brokers(kafka: KafkaConnection) -> int:
+    """How many brokers the cluster has (from metadata, which any client may read)."""
+    admin = kafka.admin(client_id="kip-topics")
+    await admin.start()
+    try:
+        return len((await admin.describe_cluster())["brokers"])
+    finally:
+        await admin.close()
+
+
+async def apply(kafka: KafkaConnection, specs: list[TopicSpec]) -> ApplyReport:
+    """Create what is missing with each spec's replicas; compare partitions, replication
+    and config of what exists; warn of any topic that one lost broker would lose."""
     admin = kafka.admin(client_id="kip-topics")
     await admin.start()
     try:
@@ -37,13 +50,15 @@ async def apply(kafka: KafkaConnection, specs: list[TopicSpec], replication_fact
         new = [s for s in specs if s.name not in existing]
         if new:
             await admin.create_topics([
-                NewTopic(s.name, s.partitions, replication_factor, topic_configs=s.config)
+                NewTopic(s.name, s.partitions, s.replicas, topic_configs=s.config)
                 for s in new])
             report.created = [s.name for s in new]
             await _until_served(admin, report.created)
         old = [s for s in specs if s.name in existing]
         if old:
             await _compare(admin, old, report)
+        brokers = len((await admin.describe_cluster())["brokers"])
+        report.warnings = await _fragile(admin, [s.name for s in specs], brokers)
         return report
     finally:
         await admin.close()
@@ -60,6 +75,9 @@ async def _compare(admin: AIOKafkaAdminClient, specs: list[TopicSpec], report: A
         partitions = len(described[spec.name]["partitions"])
         if partitions != spec.partitions:
             problems.append(f"partitions {partitions} (catalogue: {spec.partitions})")
+        replicas = _replication_factor(described[spec.name])
+        if replicas != spec.replicas:
+            problems.append(f"replication factor {replicas} (catalogue: {spec.replicas})")
         for key, want in spec.config.items():
             have = actual_config.get(spec.name, {}).get(key)
             if have != want:
@@ -86,6 +104,21 @@ async def _until_served(admin: AIOKafkaAdminClient, names: list[str],
                                f"serves no leader for {', '.join(sorted(waiting))}: check "
                                "the broker's log")
         await asyncio.sleep(0.05)
+
+
+async def _fragile(admin: AIOKafkaAdminClient, names: list[str], brokers: int) -> list[str]:
+    """The topics among ``names`` that one lost broker's disk would lose records of: a
+    single copy on a cluster that could keep more."""
+    if brokers < 2:
+        return []
+    return [f"{t['topic']}: replication factor 1 on a cluster of {brokers} brokers: "
+            "losing one broker's disk loses its records"
+            for t in await admin.describe_topics(names) if _replication_factor(t) == 1]
+
+
+def _replication_factor(topic: dict) -> int:
+    """The fewest copies any partition of ``topic`` has."""
+    return min((len(p["replicas"]) for p in topic["partitions"]), default=0)
 
 
 def _served(topic: dict) -> bool:

@@ -31,10 +31,19 @@ TENANT_OF = {"acme-k1": "acme", "lim-k1": "limited", "greedy-k1": "greedy",
 WARMUP_TIMEOUT_S = 120
 
 
+KAFKA_OF = {"plain": "broker", "secured": "secure_broker", "cluster": "cluster"}
+
+
 @pytest.fixture(scope="module", params=["plain", "secured"])
 def stack(request, registry, tmp_path_factory):
-    broker = request.getfixturevalue("broker" if request.param == "plain" else "secure_broker")
-    with running(_new_stack(broker, registry, tmp_path_factory), _access(), _warm_up) as s:
+    yield from stack_on(request, registry, tmp_path_factory)
+
+
+def stack_on(request, registry, tmp_path_factory) -> Iterator[DevStack]:
+    """A running stack on the Kafka ``request.param`` names (``KAFKA_OF``): a module
+    whose tests must also hold on a cluster of three asks for ``cluster`` too."""
+    kafka = request.getfixturevalue(KAFKA_OF[request.param])
+    with running(_new_stack(kafka, registry, tmp_path_factory), _access(), _warm_up) as s:
         yield s
 
 

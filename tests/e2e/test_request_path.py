@@ -17,12 +17,20 @@ from kip.models.export.digits import dataset
 from kip.schemas import DeadLetterRecord, InferenceResult, Status, decode, encode
 from kip.schemas.codec import headers, now_ms
 from kip.schemas.messages import Priority, output_array
-from tests.e2e.conftest import client_for, explained, outputs_of, publish_as, read_topic
+from tests.e2e.conftest import (client_for, explained, outputs_of, publish_as, read_topic,
+                                stack_on)
 from kip.transport.admin import apply
 from kip.topics.catalogue import TopicSpec, reply_topic
 
 pytestmark = pytest.mark.broker
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
+
+
+@pytest.fixture(scope="module", params=["plain", "secured", "cluster"])
+def stack(request, registry, tmp_path_factory):
+    """The request path, replays and the audit chains hold on one broker, on a secured
+    one, and on a cluster of three whose topics keep 3 copies, 2 in sync."""
+    yield from stack_on(request, registry, tmp_path_factory)
 
 
 def _one_result_one_final_audit(stack, result: InferenceResult) -> dict:
