@@ -33,6 +33,8 @@ appender.out.layout.type=PatternLayout
 appender.out.layout.pattern=[%d] %p %m (%c)%n
 logger.server.name=kafka.server.KafkaRaftServer
 logger.server.level=INFO
+logger.quorum.name=org.apache.kafka.raft.QuorumState
+logger.quorum.level=INFO
 """
 
 
@@ -71,6 +73,14 @@ def _bindable(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+# How long a broker may go without a heartbeat before the controller fences it and moves
+# its partitions' leadership (Kafka's default: 9 s). Every second of it is a second in
+# which a lost broker's partitions have no leader; too short, and a broker starved of CPU
+# for a moment is fenced for nothing (docs/deploy.md, "Failure domains").
+BROKER_SESSION_TIMEOUT_MS = 4000
+BROKER_HEARTBEAT_INTERVAL_MS = 1000
 
 
 class LocalBroker:
@@ -244,6 +254,8 @@ class LocalBroker:
             *self._listeners(),
             f"log.dirs={self.data_dir / 'logs'}",
             *self.replication.broker_properties(),
+            f"broker.session.timeout.ms={BROKER_SESSION_TIMEOUT_MS}",
+            f"broker.heartbeat.interval.ms={BROKER_HEARTBEAT_INTERVAL_MS}",
             "offsets.topic.num.partitions=6",
             "transaction.state.log.num.partitions=6",
             "group.initial.rebalance.delay.ms=0",

@@ -1,11 +1,15 @@
 """The fault harness: uniquely identified requests through a real kip while its processes
 crash, and a count of what came out (``kip faults``; tests/faults runs a small size).
 
-It starts a broker of its own, two pipeline processes and three digits workers, sends
-``requests`` at a steady rate, and meanwhile, one fault at a time: kills a worker
-(SIGKILL), pauses one past its session timeout (SIGSTOP ... SIGCONT), kills or pauses
-the pipeline, restarts the broker. Killed processes are started again, as a supervisor
-would; a process that exits on its own is restarted too, and counted as unplanned.
+It starts a broker (or a cluster: ``--cluster``) of its own, two pipeline processes and
+three digits workers, sends ``requests`` at a steady rate, and meanwhile, one fault at a
+time: kills a worker (SIGKILL), pauses one past its session timeout (SIGSTOP ...
+SIGCONT), kills or pauses the pipeline, restarts the broker; on a cluster also kills
+the leading broker, the transaction coordinator and the controller, and pauses a broker
+(devkit/fault_injection.py). Killed processes are started again, as a supervisor would;
+a process that exits on its own is restarted too, and counted as unplanned. Meanwhile it
+follows the results, to tell what each fault cost interactive requests
+(devkit/availability.py).
 
 Then it drains: reads results, audit and dead letters with read_committed until every
 request is answered (or nothing moves for ``drain_timeout_s``), and reports lost,
@@ -19,14 +23,14 @@ import logging
 import random
 import signal
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from kip.devkit.arguments import above_zero, count, fraction, zero_or_more
-from kip.devkit.broker import LocalBroker
+from kip.devkit.availability import Timeline
+from kip.devkit.fault_injection import MODEL, FaultPlan, Injector, Supervisor, watch
 from kip.devkit.faults_report import FaultReport, Tally, leftover_records
 from kip.devkit.stack import DevStack, dev_client, own_stack
 from kip.audit.reading import committed_metadata, trusted_heads
@@ -34,78 +38,11 @@ from kip.schemas.codec import REQUEST_ID_HEADER
 from kip.schemas.deadletter import fallback_request_id
 from kip.client import KipClient
 from kip.runtime.settings import KipSettings
-from kip.schemas.messages import Priority
+from kip.schemas.messages import InferenceRequest, Priority
 from kip.schemas.result_signatures import ResultKeys
 
-MODEL = "digits"
 DEADLINE_MS = 30 * 60_000      # long: this harness counts delivery, not latency
 POISON_KINDS = ("bad-request", "bad-work-item", "overflowing-input")
-
-
-@dataclass
-class FaultPlan:
-    requests: int = 20_000
-    rate: float = 150.0                  # requests per second, offered steadily
-    workers: int = 3
-    pipelines: int = 2                   # a paused one is a real zombie: the other takes over
-    worker_kills: int = 10
-    worker_pauses: int = 3
-    pipeline_kills: int = 3
-    pipeline_pauses: int = 1
-    broker_restarts: int = 1
-    poison_ratio: float = 0.0            # share of messages that are poison
-    interactive_share: float = 0.2
-    session_timeout_ms: int = 6_000      # the broker's minimum: faults resolve quickly
-    drain_timeout_s: float = 120.0
-    seed: int = 1
-
-    @property
-    def faults(self) -> int:
-        return (self.worker_kills + self.worker_pauses + self.pipeline_kills
-                + self.pipeline_pauses + self.broker_restarts)
-
-
-@dataclass
-class Supervisor:
-    """Keeps the pipelines (the first ``pipelines`` processes) and the workers running,
-    counting restarts."""
-
-    stack: DevStack
-    pipelines: int = 1
-    planned: Counter = field(default_factory=Counter)
-    unplanned: Counter = field(default_factory=Counter)
-    paused: set[int] = field(default_factory=set)
-
-    def start(self, workers: int) -> None:
-        for _ in range(self.pipelines):
-            self.stack.procs.append(self.stack.spawn(["pipeline"], log=_quiet))
-        for _ in range(workers):
-            self.stack.procs.append(self.stack.spawn(["worker", "--model", MODEL], log=_quiet))
-
-    def kind(self, index: int) -> str:
-        return "pipeline" if index < self.pipelines else "worker"
-
-    def pick(self, kind: str, rng: random.Random) -> int:
-        if kind == "pipeline":
-            return rng.randrange(self.pipelines)
-        return rng.randrange(self.pipelines, len(self.stack.procs))
-
-    def kill(self, index: int) -> None:
-        proc = self.stack.procs[index]
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        self.planned[self.kind(index)] += 1
-        self._respawn(index)
-
-    def revive(self) -> None:
-        """Start again whatever exited on its own."""
-        for index, proc in enumerate(self.stack.procs):
-            if proc.poll() is not None and index not in self.paused:
-                self.unplanned[self.kind(index)] += 1
-                self._respawn(index)
-
-    def _respawn(self, index: int) -> None:
-        self.stack.procs[index] = self.stack.spawn(self.stack.procs[index].args[3:], log=_quiet)
 
 
 async def run_faults(plan: FaultPlan, registry: Path, log=print) -> FaultReport:
@@ -113,27 +50,29 @@ async def run_faults(plan: FaultPlan, registry: Path, log=print) -> FaultReport:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     worker_env = {"KIP_SESSION_TIMEOUT_MS": str(plan.session_timeout_ms),
                   "KIP_INTRA_OP_THREADS": "1"}
-    async with own_stack("faults", registry, worker_env, log=log) as stack:
+    async with own_stack("faults", registry, worker_env, log=log, brokers=plan.brokers,
+                         replication_factor=plan.replication_factor) as stack:
         supervisor = Supervisor(stack, plan.pipelines)
         try:
             supervisor.start(plan.workers)
-            return await _run(plan, stack, stack.broker, supervisor, log)
+            return await _run(plan, stack, supervisor, log)
         finally:
             for index in supervisor.paused:
                 stack.procs[index].send_signal(signal.SIGCONT)
 
 
-async def _run(plan: FaultPlan, stack: DevStack, broker: LocalBroker, supervisor: Supervisor,
-               log) -> FaultReport:
+async def _run(plan: FaultPlan, stack: DevStack, supervisor: Supervisor, log
+               ) -> FaultReport:
     async with dev_client(stack) as client:
         log("warming up: one request through pipeline and workers ...")
         await client.infer(MODEL, {"pixels": np.zeros((1, 64), np.float32)}, timeout_s=180)
         trusted = ResultKeys(keys=stack.result_keys()).verifier()
         tally = Tally(stack.kafka, stack.names, trusted, [client.tenant])
         await tally.start()
+        injector = Injector(plan, stack, supervisor, tally.timeline, log)
         try:
             started = time.monotonic()
-            sent = await _under_faults(plan, stack, broker, supervisor, client, log)
+            sent = await _under_faults(plan, injector, client, tally, log)
             log(f"sent {len(sent.kinds)} requests in {time.monotonic() - started:.0f}s; "
                 "draining results ...")
             await _drain(plan, tally, sent, log)
@@ -143,40 +82,66 @@ async def _run(plan: FaultPlan, stack: DevStack, broker: LocalBroker, supervisor
             await tally.poll(2.0)
             report = tally.report(sent.kinds, sent.failed)
             report.leftover = await leftover_records(stack.kafka, stack.names, [MODEL])
-            report.faults = dict(supervisor.planned) | {
-                "worker pauses": plan.worker_pauses, "pipeline pauses": plan.pipeline_pauses,
-                "broker restarts": plan.broker_restarts}
+            report.faults = dict(injector.done)
             report.unplanned = dict(supervisor.unplanned)
+            report.costs = tally.timeline.costs() + [tally.timeline.steady()]
+            report.replay = await _replayed(client, tally, sent.last)
             report.elapsed_s = time.monotonic() - started
             return report
         finally:
             await tally.stop()
 
 
-async def _under_faults(plan: FaultPlan, stack: DevStack, broker: LocalBroker,
-                        supervisor: Supervisor, client: KipClient, log) -> Sent:
-    """Send every request while faults are injected and the supervisor restarts what
-    died. The faults and the supervisor stop when sending ends, also when it fails."""
-    faults = asyncio.create_task(_inject(plan, stack, broker, supervisor, log))
-    watcher = asyncio.create_task(_watch(supervisor))
+async def _under_faults(plan: FaultPlan, injector: Injector, client: KipClient,
+                        tally: Tally, log) -> Sent:
+    """Send every request while faults are injected, the supervisor restarts what died
+    and the tally follows results as they come (when each arrived: availability). The
+    faults and the supervisor stop when sending ends, also when it fails."""
+    faults = asyncio.create_task(injector.run())
+    watcher = asyncio.create_task(watch(injector.supervisor))
+    follower = asyncio.create_task(_follow(tally))
     try:
-        sent = await _send_all(plan, client, log)
+        sent = await _send_all(plan, client, tally.timeline, log)
         await faults
         return sent
     finally:
-        for task in (faults, watcher):
+        for task in (faults, watcher, follower):
             task.cancel()
-        await asyncio.gather(faults, watcher, return_exceptions=True)
+        await asyncio.gather(faults, watcher, follower, return_exceptions=True)
+
+
+async def _follow(tally: Tally) -> None:
+    while True:
+        await tally.poll(0.2)
+
+
+async def _replayed(client: KipClient, tally: Tally, request) -> str:
+    """Send a copy of an admitted request (the last sent, inside the replay window) and
+    say how it ended: ``REPLAY_REFUSED``, or what went wrong."""
+    if request is None:
+        return "not tried"
+    before = len(tally.results.get(request.request_id, []))
+    await (await client.send(request))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        await tally.poll(0.5)
+        results = tally.results.get(request.request_id, [])
+        if len(results) > before:
+            copy = results[-1]
+            return f"{copy.status.value} {copy.error.code if copy.error else ''}".strip()
+    return "no answer in 60 s"
 
 
 @dataclass
 class Sent:
     kinds: dict[str, str] = field(default_factory=dict)   # request id -> normal / poison kind
     failed: int = 0                                       # Kafka never took these
+    last: InferenceRequest | None = None   # the last normal request, to send a copy of
 
 
-async def _send_all(plan: FaultPlan, client: KipClient, log) -> Sent:
-    """Every request at a steady rate; poison mixed in at ``poison_ratio``."""
+async def _send_all(plan: FaultPlan, client: KipClient, timeline: Timeline, log) -> Sent:
+    """Every request at a steady rate; poison mixed in at ``poison_ratio``; when each
+    interactive one was sent goes on ``timeline``."""
     rng = random.Random(plan.seed)
     images = np.random.default_rng(plan.seed).random((64, 64), dtype=np.float32) * 16
     poison = rng.sample(range(plan.requests), round(plan.requests * plan.poison_ratio))
@@ -188,8 +153,12 @@ async def _send_all(plan: FaultPlan, client: KipClient, log) -> Sent:
         kind = kinds.get(i, "normal")
         priority = Priority.INTERACTIVE if rng.random() < plan.interactive_share \
             else Priority.STANDARD
-        deliveries.append((request_id, kind, await _send_one(
-            client, request_id, kind, priority, images[i % 64:i % 64 + 1])))
+        if priority == Priority.INTERACTIVE and kind == "normal":
+            timeline.sent[request_id] = time.time()
+        delivery, request = await _send_one(client, request_id, kind, priority,
+                                            images[i % 64:i % 64 + 1])
+        deliveries.append((request_id, kind, delivery))
+        sent.last = request if kind == "normal" else sent.last
         if i % 1000 == 999:
             log(f"  sent {i + 1}/{plan.requests}")
         await asyncio.sleep(max(0.0, began + (i + 1) / plan.rate - time.monotonic()))
@@ -206,71 +175,30 @@ async def _send_all(plan: FaultPlan, client: KipClient, log) -> Sent:
 
 
 async def _send_one(client: KipClient, request_id: str, kind: str, priority: Priority,
-                    pixels: np.ndarray) -> asyncio.Future:
-    """Publish one message; the returned future resolves when Kafka has it."""
+                    pixels: np.ndarray) -> tuple[asyncio.Future, InferenceRequest | None]:
+    """Publish one message; the returned future resolves when Kafka has it. With it, the
+    request sent, where it is one."""
     names = client.names
     if kind == "bad-request":   # valid JSON, not a request: the pipeline rejects it
         value = f'{{"request_id": "{request_id}", "tenant": "demo", "model": 7}}'.encode()
         return await client.send_raw(names.requests(priority), value, key=b"demo",
                                      headers=[(REQUEST_ID_HEADER, request_id.encode())],
-                                     sealed=True)
+                                     sealed=True), None
     if kind == "bad-work-item":   # straight onto a work topic: the worker rejects it, under
         # its coordinates: nothing vouches for the id it names (recorded so below)
         value = f'{{"request": {{"request_id": "{request_id}"}}, "route": 1}}'.encode()
         return await client.send_raw(names.work(MODEL, priority), value,
-                                     key=request_id.encode())
+                                     key=request_id.encode()), None
     if kind == "overflowing-input":   # finite, so admitted; the model's sums overflow to NaN
         pixels = np.full_like(pixels, 3e38)
         pixels[:, ::2] *= -1
     request = client.request(MODEL, {"pixels": pixels}, priority=priority,
                              request_id=request_id, deadline_ms=_deadline())
-    return await client.send(request)   # the harness reads results itself
+    return await client.send(request), request   # the harness reads results itself
 
 
 def _deadline() -> int:
     return int(time.time() * 1000) + DEADLINE_MS
-
-
-async def _inject(plan: FaultPlan, stack: DevStack, broker: LocalBroker,
-                  supervisor: Supervisor, log) -> None:
-    """The faults, in a seeded order, spread over the sending time."""
-    rng = random.Random(plan.seed)
-    events = (["kill worker"] * plan.worker_kills + ["pause worker"] * plan.worker_pauses
-              + ["kill pipeline"] * plan.pipeline_kills
-              + ["pause pipeline"] * plan.pipeline_pauses
-              + ["restart broker"] * plan.broker_restarts)
-    rng.shuffle(events)
-    gap = plan.requests / plan.rate / (len(events) + 1)
-    for n, event in enumerate(events, 1):
-        await asyncio.sleep(gap)
-        action, kind = event.split()
-        if kind == "broker":
-            log(f"  fault {n}/{len(events)}: {event}")
-            await asyncio.to_thread(broker.stop)
-            await asyncio.sleep(1)
-            await asyncio.to_thread(broker.start, log=_quiet)
-            continue
-        index = supervisor.pick(kind, rng)
-        log(f"  fault {n}/{len(events)}: {event} (process {index})")
-        if action == "kill":
-            supervisor.kill(index)
-        else:
-            await _pause(stack, supervisor, index, plan.session_timeout_ms / 1000 + 2)
-
-
-async def _pause(stack: DevStack, supervisor: Supervisor, index: int, seconds: float) -> None:
-    proc = stack.procs[index]
-    supervisor.paused.add(index)
-    proc.send_signal(signal.SIGSTOP)
-    await asyncio.sleep(seconds)
-    proc.send_signal(signal.SIGCONT)
-    supervisor.paused.discard(index)
-
-
-async def _watch(supervisor: Supervisor) -> None:
-    while True:
-        supervisor.revive()
-        await asyncio.sleep(1)
 
 
 async def _drain(plan: FaultPlan, tally: Tally, sent: Sent, log) -> None:
@@ -288,10 +216,6 @@ async def _drain(plan: FaultPlan, tally: Tally, sent: Sent, log) -> None:
             return
 
 
-def _quiet(*_args) -> None:
-    pass
-
-
 def add_arguments(p) -> None:
     d = FaultPlan()
     p.add_argument("--requests", type=count, default=d.requests)
@@ -304,21 +228,42 @@ def add_arguments(p) -> None:
     p.add_argument("--pipeline-kills", type=zero_or_more, default=d.pipeline_kills)
     p.add_argument("--pipeline-pauses", type=zero_or_more, default=d.pipeline_pauses,
                    help="SIGSTOP past the session timeout, then SIGCONT")
-    p.add_argument("--broker-restarts", type=zero_or_more, default=d.broker_restarts)
+    p.add_argument("--broker-restarts", type=zero_or_more, default=d.broker_restarts,
+                   help="controlled restarts (of one node, on a cluster)")
+    p.add_argument("--cluster", action="store_true", help="on 3 brokers (replication 3, "
+                   "min ISR 2), with 3 leader kills (one of the pipeline's transaction "
+                   "coordinator), 1 controller kill and 1 broker pause besides the rest")
+    p.add_argument("--brokers", type=count, help="brokers (default 1; 3 with --cluster)")
+    p.add_argument("--replication-factor", type=count,
+                   help="of kip's topics (default: what the cluster can hold)")
+    p.add_argument("--leader-kills", type=zero_or_more,
+                   help="SIGKILL of the broker leading interactive requests (the first: "
+                   "the pipeline's transaction coordinator)")
+    p.add_argument("--controller-kills", type=zero_or_more,
+                   help="SIGKILL of the active KRaft controller")
+    p.add_argument("--broker-pauses", type=zero_or_more,
+                   help="SIGSTOP of the interactive leader past broker.session.timeout.ms")
     p.add_argument("--poison", type=fraction, default=d.poison_ratio, metavar="RATIO",
                    help="share of poison messages (e.g. 0.01)")
+    p.add_argument("--interactive-share", type=fraction, default=d.interactive_share,
+                   help="share of requests sent as interactive (1: all)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
                    help="registry with the reference models (default $KIP_REGISTRY_DIR)")
 
 
 def run_cli(args) -> int:
-    plan = FaultPlan(requests=args.requests, rate=args.rate, workers=args.workers,
-                     pipelines=args.pipelines,
-                     worker_kills=args.worker_kills, worker_pauses=args.worker_pauses,
-                     pipeline_kills=args.pipeline_kills,
-                     pipeline_pauses=args.pipeline_pauses, broker_restarts=args.broker_restarts,
-                     poison_ratio=args.poison, seed=args.seed)
+    chosen = dict(requests=args.requests, rate=args.rate, workers=args.workers,
+                  pipelines=args.pipelines, worker_kills=args.worker_kills,
+                  worker_pauses=args.worker_pauses, pipeline_kills=args.pipeline_kills,
+                  pipeline_pauses=args.pipeline_pauses, broker_restarts=args.broker_restarts,
+                  poison_ratio=args.poison, seed=args.seed,
+                  interactive_share=args.interactive_share,
+                  replication_factor=args.replication_factor)
+    for name in ("brokers", "leader_kills", "controller_kills", "broker_pauses"):
+        if getattr(args, name) is not None:
+            chosen[name] = getattr(args, name)
+    plan = FaultPlan.cluster(**chosen) if args.cluster else FaultPlan(**chosen)
     report = asyncio.run(run_faults(plan, args.registry, log=_flushed))
     print("\n".join(report.lines()))
     return 0 if report.passed else 1

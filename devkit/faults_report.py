@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from kip.audit.chains import ChainCheck
+from kip.devkit.availability import FaultCost, Timeline
 from kip.schemas.codec import decode
 from kip.schemas.deadletter import fallback_request_id
 from kip.schemas.errors import InvalidRequest, Overloaded
@@ -22,13 +23,17 @@ from kip.topics.names import TopicNames
 from kip.transport.reading import assign_all, reached, reader_to_end
 
 
+REPLAY_REFUSED = "rejected DUPLICATE_REQUEST"
+
+
 class Tally:
     """Reads results (the shared topic and ``tenants``' own), audit and dead-letter topics
     from the beginning, incrementally."""
 
     def __init__(self, kafka: KafkaConnection, names: TopicNames, verifier: ResultVerifier,
-                 tenants: list[str] = ()) -> None:
+                 tenants: list[str] = (), timeline: Timeline | None = None) -> None:
         self.kafka = kafka
+        self.timeline = timeline or Timeline()   # when each result was first seen
         self.names = names
         self.result_topics = [names.results] + [names.reply_topic(t) for t in tenants]
         self.results: dict[str, list[InferenceResult]] = defaultdict(list)
@@ -68,6 +73,9 @@ class Tally:
             if topic in self.result_topics:
                 result = decode(InferenceResult, value)
                 self.results[result.request_id].append(result)
+                self.timeline.arrived.setdefault(result.request_id, time.time())
+                if result.status != Status.OK:
+                    self.timeline.failed.add(result.request_id)
             elif topic == self.names.audit:
                 audit = decode(AuditRecord, value)
                 self.audited.add(audit.request_id)
@@ -143,13 +151,16 @@ class FaultReport:
     faults: dict[str, int] = field(default_factory=dict)
     unplanned: dict[str, int] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    replay: str = "not tried"   # how a copy of an admitted request sent afterwards ended
+    costs: list[FaultCost] = field(default_factory=list)   # per fault, to interactive
 
     @property
     def passed(self) -> bool:
         return (self.lost == self.duplicated == self.unseen == self.orphaned == 0
                 and self.poison_deadlettered_once + self.poison_turned_away == self.poison
                 and self.deadletters_not_poison == 0 and self.failed_sends == 0
-                and not any(self.leftover.values()) and not self.audit_chain_problems)
+                and not any(self.leftover.values()) and not self.audit_chain_problems
+                and self.replay in ("not tried", REPLAY_REFUSED))
 
     def lines(self) -> list[str]:
         leftover = sum(self.leftover.values())
@@ -171,6 +182,9 @@ class FaultReport:
             f"audit chains (kip audit verify): {self.audit_chains}; broken links: "
             f"{len(self.audit_chain_problems)}"
             + "".join(f"\n  {p}" for p in self.audit_chain_problems[:5]),
+            f"a copy of an admitted request sent after the faults: {self.replay}",
+            *(["what each fault cost interactive requests:"]
+              + [f"  {cost.line()}" for cost in self.costs] if self.costs else []),
             f"elapsed: {self.elapsed_s:.0f}s",
             f"verdict: {'PASS' if self.passed else 'FAIL'}"]
 

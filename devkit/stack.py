@@ -183,6 +183,11 @@ class DevStack:
         build_reference(self.registry, log)
         self.sign_models(REFERENCE_MODELS)
 
+    def topic_names(self) -> list[str]:
+        """Every topic of this stack's catalogue."""
+        tenants = ensure_dev_access(self.access_file).tenants
+        return [s.name for s in catalogue(self.names, REFERENCE_MODELS, tenants=list(tenants))]
+
     def replication(self) -> Replication:
         """How this stack's topics are replicated: as its fields say, else what its
         cluster can hold."""

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from kip.devkit.faults import FaultPlan, run_faults
+from kip.devkit.faults_report import REPLAY_REFUSED
 
 pytestmark = pytest.mark.broker
 
@@ -23,7 +24,8 @@ def test_every_request_answered_exactly_once_through_crashes(registry):
     assert report.duplicated == 0
     assert report.unseen == 0
     assert report.orphaned == 0
-    assert report.faults == {"worker": 3, "pipeline": 1, "worker pauses": 1,
-                             "pipeline pauses": 1, "broker restarts": 1}
+    assert report.faults == {"kill worker": 3, "kill pipeline": 1, "pause worker": 1,
+                             "pause pipeline": 1, "restart broker": 1}
+    assert report.replay == REPLAY_REFUSED
     assert not any(report.leftover.values()), report.leftover
     assert report.passed
