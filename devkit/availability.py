@@ -1,6 +1,7 @@
 """What each fault cost interactive requests: the longest time no interactive request got
-a result after the fault began, and the interactive p99 of the requests sent in the
-minute around it, from when the harness sent each and when its result became readable
+a result after the fault began, and the interactive p99 and slowest of the requests sent
+in the minute around it (a partition whose owner is cut off stalls only its own
+requests: the gap misses it, the slowest shows it), from when the harness sent each and when its result became readable
 (read_committed) to a client following the results as they come."""
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ class Timeline:
     def _over(self, what: str, ids: list[str], gap: float) -> FaultCost:
         waits = [self.arrived[rid] - self.sent[rid] for rid in ids if rid in self.arrived]
         p99 = float(np.percentile(waits, 99)) * 1000 if waits else float("nan")
-        return FaultCost(what, gap, p99, len(ids), sum(rid in self.failed for rid in ids),
+        slowest = max(waits, default=float("nan")) * 1000
+        return FaultCost(what, gap, p99, slowest, len(ids),
+                         sum(rid in self.failed for rid in ids),
                          sum(rid not in self.arrived for rid in ids))
 
     def steady(self) -> FaultCost:
@@ -63,12 +66,13 @@ class FaultCost:
     what: str
     gap_s: float           # longest time without an interactive result, from the fault on
     p99_ms: float          # interactive p99, sent within half a window of the fault
+    max_ms: float          # the slowest of them: a stalled partition's wait shows here
     requests: int          # interactive requests sent within half a window of it
     failed: int            # of them, answered with an error
     unanswered: int        # of them, never answered
 
     def line(self) -> str:
         gap = "" if self.gap_s != self.gap_s else f"longest gap {self.gap_s:5.1f}s  "
-        return (f"{self.what:40} {gap}interactive p99 {self.p99_ms:7.0f} ms over "
-                f"{self.requests} requests, {self.failed} failed, {self.unanswered} "
-                "unanswered")
+        return (f"{self.what:40} {gap}interactive p99 {self.p99_ms:6.0f} ms, slowest "
+                f"{self.max_ms:6.0f} ms over {self.requests} requests, {self.failed} failed, "
+                f"{self.unanswered} unanswered")

@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 
 from kip.devkit.arguments import count, fraction, zero_or_above
 from kip.devkit.loadgen import sentences
-from kip.devkit.stack import DevStack, dev_client, dev_spec, own_stack
+from kip.devkit.stack import DevStack, dev_client, dev_spec
+from kip.devkit.own_stack import own_stack
 from kip.runtime.settings import KipSettings
 from kip.schemas.tensors import Tensor
 from kip.workers.session import ModelSession

@@ -23,7 +23,8 @@ import numpy as np
 from kip.devkit.arguments import above_zero, count, zero_or_above, zero_or_more
 from kip.devkit.bursts import (INPUTS, Interactive, burst_from_child, bursts_reply_topic,
                                start_interactive)
-from kip.devkit.stack import dev_client, dev_spec, own_stack
+from kip.devkit.stack import dev_client, dev_spec
+from kip.devkit.own_stack import own_stack
 from kip.runtime.settings import KipSettings
 
 

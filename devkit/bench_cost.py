@@ -45,8 +45,10 @@ from kip.devkit.arguments import count, zero_or_more
 from kip.devkit import floors
 from kip.devkit.cost_report import render
 from kip.devkit.cpu import CpuMeter, main_thread_cpu_us
+from kip.devkit.cluster import LocalCluster
 from kip.devkit.loadgen import sentences
-from kip.devkit.stack import BUSES, DevStack, dev_client, own_stack
+from kip.devkit.stack import DevStack, dev_client
+from kip.devkit.own_stack import BUSES, own_stack
 from kip.client import KipClient
 from kip.runtime import collector
 from kip.runtime.settings import KipSettings
@@ -88,11 +90,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the broker kip runs on: plaintext, or secured with every process "
                    "connecting as its own user over SASL_SSL (scram) or with its "
                    "certificate (mtls); the floors then connect over TLS too")
+    p.add_argument("--brokers", type=count, default=1,
+                   help="above 1: (a) and (c) on a cluster of this many brokers (replication "
+                   "3, min ISR 2) beside one broker, in one run (devkit/replication_cost.py)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
 def run(args) -> int:
     collector.settle()   # the client holds thousands of requests (runtime/collector.py)
+    if args.brokers > 1:   # replication's cost, beside one broker
+        from kip.devkit.replication_cost import measure_replication, render_replication
+        report = asyncio.run(measure_replication(args))
+        print(json.dumps(report, indent=2) if args.json else render_replication(report))
+        return 0
     report = asyncio.run(measure(args))
     print(json.dumps(report, indent=2) if args.json else render(report))
     return 0
@@ -102,12 +112,12 @@ async def measure(args) -> dict:
     async with own_stack("cost", args.registry, bus=args.bus, log=_quiet,
                          steady_state=True) as stack:
         stack.start_services(log=_quiet)
-        pids = _pids(stack)
+        pids = stack_pids(stack)
         raw = RawDigits(stack)
         async with dev_client(stack) as kip:
             report = {"bus": _bus(kip.kafka),
                       "broker_jvm_options": stack.own_broker.jvm_options}
-            await _warm_up(kip)
+            await warm_up_models(kip)
             if args.warm_up:
                 print(f"warming up: {args.warm_up} single-row requests", file=sys.stderr,
                       flush=True)
@@ -137,9 +147,12 @@ def _bus(kafka: KafkaConnection) -> str:
     return " ".join(filter(None, [kafka.security_protocol, kafka.sasl_mechanism]))
 
 
-def _pids(stack: DevStack) -> dict[str, int]:
-    """broker, pipeline, worker <model>..., client: the processes charged."""
-    pids = {"broker": stack.own_broker.pid()}
+def stack_pids(stack: DevStack) -> dict[str, int]:
+    """broker (or broker 1, 2, ... of a cluster), pipeline, worker <model>..., client: the
+    processes charged."""
+    kafka = stack.own_broker
+    pids = ({f"broker {n.node_id}": n.pid() for n in kafka.nodes}
+            if isinstance(kafka, LocalCluster) else {"broker": kafka.pid()})
     for proc in stack.procs:   # args: python -m kip.cli pipeline | worker --model <m>
         pids[" ".join(a for a in proc.args[3:] if a != "--model")] = proc.pid
     return pids | {"client": os.getpid()}
@@ -153,7 +166,7 @@ def warm_up_rounds(total: int, at_once: int) -> list[int]:
     return [min(at_once, total - start) for start in range(0, total, at_once)]
 
 
-async def _warm_up(kip: KipClient) -> None:
+async def warm_up_models(kip: KipClient) -> None:
     for model, inputs in (("digits", {"pixels": np.zeros((1, 64), np.float32)}),
                           ("minilm", {"text": ["warm"]})):
         result = await kip.infer(model, inputs, timeout_s=120)

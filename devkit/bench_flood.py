@@ -41,7 +41,8 @@ import numpy as np
 
 from kip.devkit.arguments import above_zero, count
 from kip.devkit.bursts import INPUTS
-from kip.devkit.stack import BUSES, ClientSpec, DevStack, own_stack, tenant_spec
+from kip.devkit.stack import ClientSpec, DevStack, tenant_spec
+from kip.devkit.own_stack import BUSES, own_stack
 from kip.tenants import set_quota
 from kip.pipeline.access import AccessConfig, ApiKey, BrokerQuota, TenantPolicy
 from kip.runtime import collector

@@ -29,7 +29,8 @@ from kip.devkit.arguments import above_zero, count
 from kip.devkit.broker import LocalBroker
 from kip.devkit.loadgen import LoadReport, closed_loop_capacity, run_load
 from kip.devkit.loadproc import offer_from_child
-from kip.devkit.stack import ClientSpec, DevStack, dev_client, dev_spec, own_stack
+from kip.devkit.stack import ClientSpec, DevStack, dev_client, dev_spec
+from kip.devkit.own_stack import own_stack
 from kip.client import KipClient
 from kip.runtime.settings import KipSettings
 from kip.schemas.codec import now_ms

@@ -34,7 +34,8 @@ import numpy as np
 from kip.devkit import arguments
 from kip.devkit.bursts import (INPUTS, Interactive, burst_from_child, bursts_reply_topic,
                                start_interactive)
-from kip.devkit.stack import DevStack, dev_client, dev_spec, own_stack
+from kip.devkit.stack import DevStack, dev_client, dev_spec
+from kip.devkit.own_stack import own_stack
 from kip.runtime.settings import KipSettings
 
 CHANGE_WINDOW_S = 5.0

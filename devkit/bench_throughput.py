@@ -19,7 +19,8 @@ import numpy as np
 
 from kip.devkit.arguments import count, zero_or_more
 from kip.devkit.loadgen import sentences
-from kip.devkit.stack import DevStack, dev_client, own_stack
+from kip.devkit.stack import DevStack, dev_client
+from kip.devkit.own_stack import own_stack
 from kip.runtime import collector
 from kip.runtime.settings import KipSettings
 from kip.schemas.tensors import Tensor

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,6 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
+from kip.devkit.hosts import Host
 from kip.devkit.kafka_jars import KAFKA_VERSION, BrokerError, fetch_jars, require_tool
 from kip.security import ADMIN, CLIENT_MECHANISM, Listeners, Security
 from kip.runtime.files import open_private_log, private_dir
@@ -103,7 +105,7 @@ class LocalBroker:
                  config: Path | None = None, steady_state: bool = False,
                  node_id: int = 1, voters: str | None = None, cluster_id: str | None = None,
                  replication: Replication = Replication(),
-                 security: Security | None = None) -> None:
+                 security: Security | None = None, host: Host | None = None) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port
         self.controller_port = controller_port or port + 1
@@ -117,13 +119,15 @@ class LocalBroker:
         self.config = config   # a server.properties of someone else's making, run as it is
         self.steady_state = steady_state
         self.node_id = node_id
-        self.voters = voters or f"{node_id}@127.0.0.1:{self.controller_port}"
+        self.host = host   # the network namespace it runs in (devkit/hosts.py), if any
+        self.address = host.address if host else "127.0.0.1"
+        self.voters = voters or f"{node_id}@{self.address}:{self.controller_port}"
         self.cluster_id = cluster_id
         self.replication = replication
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.address}:{self.port}"
 
     @property
     def jvm_options(self) -> list[str]:
@@ -134,7 +138,7 @@ class LocalBroker:
 
     @property
     def mtls_bootstrap(self) -> str:
-        return f"127.0.0.1:{self.mtls_port}"
+        return f"{self.address}:{self.mtls_port}"
 
     @property
     def kafka(self) -> KafkaConnection:
@@ -170,10 +174,10 @@ class LocalBroker:
             log(f"secured: SASL_SSL on {self.bootstrap}, mTLS on {self.mtls_bootstrap}; "
                 f"client configs in {folder} (export KIP_KAFKA_CONFIG={folder}/admin.json)")
 
-    def launch(self, log=print, prefix: list[str] = ()) -> subprocess.Popen:
+    def launch(self, log=print) -> subprocess.Popen:
         """Start the broker's process (its storage formatted first, once) and return it
-        without waiting: a cluster's nodes wait for each other's votes. ``prefix``: a
-        command the JVM runs under (``ip netns exec <host>``: devkit/hosts.py)."""
+        without waiting: a cluster's nodes wait for each other's votes. On its ``host``
+        where it has one."""
         libs = fetch_jars(log)
         java = require_tool("java", "the Kafka broker runs on Java 17+")
         private_dir(self.data_dir)   # the broker's data and logs: kip's account only
@@ -185,7 +189,7 @@ class LocalBroker:
         with open_private_log(self.log_file) as out:
             self._log_start = out.tell()   # an earlier run's ready line must not count
             proc = subprocess.Popen(
-                [*prefix, java, *self.jvm_options,
+                [*(self.host.prefix if self.host else []), java, *self.jvm_options,
                  f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
                  "-cp", classpath, "kafka.Kafka", str(props)],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -200,6 +204,13 @@ class LocalBroker:
             return
         os.kill(pid, signal.SIGKILL)
         self._wait_gone(pid)
+
+    def wipe(self) -> None:
+        """Lose the stopped broker's disk: every log and its metadata. It is formatted
+        again (same cluster id) at its next launch, and comes back empty."""
+        if self.pid() is not None:
+            raise BrokerError("wipe a broker once it is stopped")
+        shutil.rmtree(self.data_dir / "logs", ignore_errors=True)
 
     def pause(self) -> None:
         """SIGSTOP: the broker holds its connections and answers nothing."""
@@ -271,9 +282,9 @@ class LocalBroker:
         if self.security:
             return self.security.server_properties(
                 Listeners(self.port, self.mtls_port, self.controller_port))
-        return [f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
-                f"CONTROLLER://127.0.0.1:{self.controller_port}",
-                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+        return [f"listeners=PLAINTEXT://{self.address}:{self.port},"
+                f"CONTROLLER://{self.address}:{self.controller_port}",
+                f"advertised.listeners=PLAINTEXT://{self.address}:{self.port}",
                 "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
                 "inter.broker.listener.name=PLAINTEXT"]
 
@@ -295,7 +306,7 @@ class LocalBroker:
                 self.pid_file.unlink(missing_ok=True)
                 raise BrokerError(f"the broker exited with {proc.returncode}; see {self.log_file}:\n"
                                   + self.log_file.read_text()[-3000:])
-            if self._ready_logged() and _port_open(self.port):
+            if self._ready_logged() and _port_open(self.address, self.port):
                 return
             time.sleep(0.2)
         self.stop()
@@ -334,7 +345,7 @@ def _reap(pid: int) -> None:
         pass
 
 
-def _port_open(port: int) -> bool:
+def _port_open(address: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex((address, port)) == 0

@@ -8,7 +8,8 @@ runs with (docs/deploy.md). A secured cluster shares one CA, one set of SCRAM us
 one client config per role, whose bootstrap names every node.
 
 Node ``i`` (from 1) listens on ``port + 3 (i - 1)``, its controller on the port after,
-its mTLS listener on the one after that.
+its mTLS listener on the one after that; on ``hosts`` of their own (devkit/hosts.py),
+every node on ``port`` at its host's address.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kip.devkit.broker import LocalBroker, new_cluster_id
+from kip.devkit.hosts import Host
 from kip.runtime.files import private_dir
 from kip.security import ADMIN, CLIENT_MECHANISM, Security
 from kip.topics.catalogue import Replication
@@ -34,21 +36,24 @@ class LocalCluster:
 
     def __init__(self, data_dir: str | os.PathLike, brokers: int = 3, port: int = 9092, *,
                  secure: bool = False, users: list[str] = (), steady_state: bool = False,
-                 ports: list[int] | None = None) -> None:
+                 hosts: list[Host] | None = None) -> None:
         if brokers < 1:
             raise ValueError("a cluster has at least one broker")
         self.data_dir = Path(data_dir).resolve()
         private_dir(self.data_dir)
         self.security = Security(self.data_dir / "security", list(users)) if secure else None
         self.replication = Replication.for_cluster(brokers)
-        ports = ports or [port + PORTS_PER_NODE * i for i in range(brokers)]
-        voters = ",".join(f"{i}@127.0.0.1:{p + 1}" for i, p in enumerate(ports, 1))
+        # On hosts of their own every node listens on the same ports, at its own address.
+        hosts = hosts or [None] * brokers
+        ports = [port if hosts[0] else port + PORTS_PER_NODE * i for i in range(brokers)]
+        addresses = [h.address if h else "127.0.0.1" for h in hosts]
+        voters = ",".join(f"{i}@{a}:{p + 1}" for i, (a, p) in enumerate(zip(addresses, ports), 1))
         self.nodes = [
             LocalBroker(self.data_dir / f"node-{i}", port=p, controller_port=p + 1,
                         mtls_port=p + 2, node_id=i, voters=voters,
                         cluster_id=self._cluster_id(), replication=self.replication,
-                        security=self.security, steady_state=steady_state)
-            for i, p in enumerate(ports, 1)]
+                        security=self.security, steady_state=steady_state, host=h)
+            for i, (p, h) in enumerate(zip(ports, hosts), 1)]
 
     def _cluster_id(self) -> str:
         """The cluster's id, made once and kept beside its nodes' folders."""

@@ -9,7 +9,8 @@ again as its supervisor would once it has been down ``down_s``:
   controller, so this also takes a broker);
 - ``pause``: SIGSTOP of the interactive leader past ``broker.session.timeout.ms``; it is
   fenced, its partitions move, and it comes back (SIGCONT) to a new epoch;
-- ``restart``: a controlled restart (SIGTERM) of the interactive leader.
+- ``restart``: a controlled restart (SIGTERM) of the interactive leader;
+- ``wipe``: SIGKILL of the interactive leader and the loss of its disk.
 
 Before each fault the harness waits until every partition is back in full sync, so that
 no fault lands on a cluster still short of a replica.
@@ -50,6 +51,17 @@ class BrokerFaults:
     async def kill_controller(self) -> int:
         node = active_controller(self.cluster)
         await self._kill_and_restart(node)
+        return node
+
+    async def wipe(self) -> int:
+        """SIGKILL of the interactive leader, whose disk is lost before it comes back:
+        what it alone held is gone (replication factor 1), or copied back to it."""
+        node = await self.interactive_leader()
+        broker = self.cluster.node(node)
+        await asyncio.to_thread(broker.kill)
+        broker.wipe()
+        await asyncio.sleep(self.down_s)
+        await asyncio.to_thread(self.cluster.restart, node)
         return node
 
     async def pause(self, seconds: float) -> int:

@@ -18,12 +18,14 @@ duplicated, unseen and orphaned requests, poison handling and stalled partitions
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import random
 import signal
 import time
 from dataclasses import dataclass, field
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +33,10 @@ import numpy as np
 from kip.devkit.arguments import above_zero, count, fraction, zero_or_more
 from kip.devkit.availability import Timeline
 from kip.devkit.fault_injection import MODEL, FaultPlan, Injector, Supervisor, watch
+from kip.devkit.hosts import Network
 from kip.devkit.faults_report import FaultReport, Tally, leftover_records
-from kip.devkit.stack import DevStack, dev_client, own_stack
+from kip.devkit.stack import DevStack, dev_client
+from kip.devkit.own_stack import own_stack
 from kip.audit.reading import committed_metadata, trusted_heads
 from kip.schemas.codec import REQUEST_ID_HEADER
 from kip.schemas.deadletter import fallback_request_id
@@ -49,16 +53,19 @@ async def run_faults(plan: FaultPlan, registry: Path, log=print) -> FaultReport:
     # The harness breaks the broker on purpose: its own clients' reconnect errors are noise.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     worker_env = {"KIP_SESSION_TIMEOUT_MS": str(plan.session_timeout_ms),
+                  "KIP_INTERACTIVE_SESSION_TIMEOUT_MS": str(plan.session_timeout_ms),
                   "KIP_INTRA_OP_THREADS": "1"}
-    async with own_stack("faults", registry, worker_env, log=log, brokers=plan.brokers,
-                         replication_factor=plan.replication_factor) as stack:
-        supervisor = Supervisor(stack, plan.pipelines)
-        try:
-            supervisor.start(plan.workers)
-            return await _run(plan, stack, supervisor, log)
-        finally:
-            for index in supervisor.paused:
-                stack.procs[index].send_signal(signal.SIGCONT)
+    with Network() if plan.hosts else nullcontext() as network:
+        async with own_stack("faults", registry, worker_env, log=log, brokers=plan.brokers,
+                             replication_factor=plan.replication_factor,
+                             network=network) as stack:
+            supervisor = Supervisor(stack, plan.pipelines, network)
+            try:
+                supervisor.start(plan.workers)
+                return await _run(plan, stack, supervisor, log)
+            finally:
+                for index in supervisor.paused:
+                    stack.procs[index].send_signal(signal.SIGCONT)
 
 
 async def _run(plan: FaultPlan, stack: DevStack, supervisor: Supervisor, log
@@ -219,7 +226,8 @@ async def _drain(plan: FaultPlan, tally: Tally, sent: Sent, log) -> None:
 def add_arguments(p) -> None:
     d = FaultPlan()
     p.add_argument("--requests", type=count, default=d.requests)
-    p.add_argument("--rate", type=above_zero, default=d.rate, help="requests per second")
+    p.add_argument("--rate", type=above_zero, help=f"requests per second (default "
+                   f"{d.rate:.0f}; {FaultPlan.cluster().rate:.0f} with --cluster)")
     p.add_argument("--workers", type=count, default=d.workers, help="digits worker processes")
     p.add_argument("--pipelines", type=count, default=d.pipelines, help="pipeline processes")
     p.add_argument("--worker-kills", type=zero_or_more, default=d.worker_kills)
@@ -230,6 +238,18 @@ def add_arguments(p) -> None:
                    help="SIGSTOP past the session timeout, then SIGCONT")
     p.add_argument("--broker-restarts", type=zero_or_more, default=d.broker_restarts,
                    help="controlled restarts (of one node, on a cluster)")
+    _cluster_arguments(p)
+    p.add_argument("--poison", type=fraction, default=d.poison_ratio, metavar="RATIO",
+                   help="share of poison messages (e.g. 0.01)")
+    p.add_argument("--interactive-share", type=fraction, default=d.interactive_share,
+                   help="share of requests sent as interactive (1: all)")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
+                   help="registry with the reference models (default $KIP_REGISTRY_DIR)")
+
+
+def _cluster_arguments(p) -> None:
+    """The faults of a cluster, hosts apart; unset ones take ``--cluster``'s plan."""
     p.add_argument("--cluster", action="store_true", help="on 3 brokers (replication 3, "
                    "min ISR 2), with 3 leader kills (one of the pipeline's transaction "
                    "coordinator), 1 controller kill and 1 broker pause besides the rest")
@@ -243,24 +263,31 @@ def add_arguments(p) -> None:
                    help="SIGKILL of the active KRaft controller")
     p.add_argument("--broker-pauses", type=zero_or_more,
                    help="SIGSTOP of the interactive leader past broker.session.timeout.ms")
-    p.add_argument("--poison", type=fraction, default=d.poison_ratio, metavar="RATIO",
-                   help="share of poison messages (e.g. 0.01)")
-    p.add_argument("--interactive-share", type=fraction, default=d.interactive_share,
-                   help="share of requests sent as interactive (1: all)")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--registry", type=Path, default=KipSettings().registry_dir,
-                   help="registry with the reference models (default $KIP_REGISTRY_DIR)")
+    p.add_argument("--hosts", action=argparse.BooleanOptionalAction,
+                   help="each broker, pipeline and worker a host apart, in a network "
+                   "namespace of its own (needs root; on with --cluster)")
+    for name, what in (("worker", "a worker's host"), ("pipeline", "a pipeline's host"),
+                       ("broker", "the interactive leader's host")):
+        p.add_argument(f"--{name}-partitions", type=zero_or_more,
+                       help=f"{what} cut off past the session timeouts, then healed")
+    p.add_argument("--broker-wipes", type=zero_or_more,
+                   help="SIGKILL of the interactive leader, its disk lost before its restart")
+    p.add_argument("--degraded-links", type=zero_or_more,
+                   help="the interactive leader's link made lossy (5%%) and narrow (4 Mbit/s) "
+                   "for 20 s")
 
 
 def run_cli(args) -> int:
-    chosen = dict(requests=args.requests, rate=args.rate, workers=args.workers,
+    chosen = dict(requests=args.requests, workers=args.workers,
                   pipelines=args.pipelines, worker_kills=args.worker_kills,
                   worker_pauses=args.worker_pauses, pipeline_kills=args.pipeline_kills,
                   pipeline_pauses=args.pipeline_pauses, broker_restarts=args.broker_restarts,
                   poison_ratio=args.poison, seed=args.seed,
                   interactive_share=args.interactive_share,
                   replication_factor=args.replication_factor)
-    for name in ("brokers", "leader_kills", "controller_kills", "broker_pauses"):
+    for name in ("rate", "brokers", "leader_kills", "controller_kills", "broker_pauses", "hosts",
+                 "worker_partitions", "pipeline_partitions", "broker_partitions",
+                 "degraded_links", "broker_wipes"):
         if getattr(args, name) is not None:
             chosen[name] = getattr(args, name)
     plan = FaultPlan.cluster(**chosen) if args.cluster else FaultPlan(**chosen)

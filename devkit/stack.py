@@ -1,9 +1,9 @@
 """``kip up``: a whole kip on one machine (broker, topics, models, pipeline, workers).
 
 Each part runs as its own process, as in a deployment; this module only starts them,
-waits for them, and stops them in reverse order. ``own_stack`` gives the benchmarks and
-the fault harness a kip of their own (its broker in a temporary folder), and
-``dev_client`` a client of the demo tenant.
+waits for them, and stops them in reverse order. ``own_stack`` (devkit/own_stack.py) gives
+the benchmarks and the fault harness a kip of their own, and ``dev_client`` a client of
+the demo tenant.
 """
 
 from __future__ import annotations
@@ -13,16 +13,14 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from kip.devkit.broker import LocalBroker, free_port, free_port_run
-from kip.devkit.cluster import PORTS_PER_NODE, LocalCluster, local_kafka
+from kip.devkit.broker import LocalBroker
+from kip.devkit.cluster import LocalCluster, local_kafka
+from kip.devkit.hosts import Host
 from kip.client import KipClient
 from kip.security import ensure_access_file
 from kip.tenants import broker_quotas
@@ -31,7 +29,7 @@ from kip.models.registry import Registry
 from kip.models.signing import sign
 from kip.pipeline.access import AccessConfig
 from kip.runtime import keys
-from kip.runtime.files import open_private_log, private_dir, write_private
+from kip.runtime.files import open_private_log, private_dir
 from kip.runtime.settings import KipSettings
 from kip.schemas.codec import now_ms
 from kip.transport.acl_admin import apply as apply_acls
@@ -222,18 +220,35 @@ class DevStack:
             port = self.metrics_base_port + i if self.metrics_base_port else 0
             self.procs.append(self.spawn(args, port, log))
 
-    def spawn(self, args: list[str], metrics_port: int = 0, log=print) -> subprocess.Popen:
-        """Start one ``kip`` subcommand as a child process logging to ``home``."""
+    def spawn(self, args: list[str], metrics_port: int = 0, log=print,
+              host: Host | None = None) -> subprocess.Popen:
+        """Start one ``kip`` subcommand as a child process logging to ``home``; on
+        ``host`` (devkit/hosts.py) where given, with a ``KIP_HOME`` of that host's."""
         env = (self.env() | self.worker_env | self._credentials(args)
-               | {"KIP_METRICS_PORT": str(metrics_port)})
-        logfile = self.home / ("-".join(a for a in args if not a.startswith("--")) + ".log")
+               | {"KIP_METRICS_PORT": str(metrics_port)} | self._host_env(host))
+        home = self.home / "hosts" / host.name if host else self.home
+        logfile = home / ("-".join(a for a in args if not a.startswith("--")) + ".log")
         with open_private_log(logfile) as out:
-            proc = subprocess.Popen([sys.executable, "-m", "kip.cli", *args], env=env,
+            proc = subprocess.Popen([*(host.prefix if host else []), sys.executable, "-m",
+                                     "kip.cli", *args], env=env,
                                     stdout=out, stderr=subprocess.STDOUT)
         self.logs[proc.pid] = logfile
         log(f"started kip {' '.join(args)} (pid {proc.pid}, metrics on :{metrics_port}, "
             f"log {logfile})")
         return proc
+
+    def _host_env(self, host: Host | None) -> dict[str, str]:
+        """A process on a host of its own keeps its state under that host's home and is
+        given the deployment's keys and access file, as a deployment mounts them."""
+        if host is None:
+            return {}
+        s = self.settings
+        return {"KIP_HOME": str(self.home / "hosts" / host.name),
+                "KIP_ACCESS_FILE": str(self.access_file),
+                "KIP_STAMP_KEYS_FILE": str(s.stamp_keys_file),
+                "KIP_RESULT_SIGNING_KEY_FILE": str(s.result_signing_key_file),
+                "KIP_RESULT_PUBLIC_KEYS_FILE": str(s.result_public_keys_file),
+                "KIP_MODEL_PUBLIC_KEYS_FILE": str(s.model_public_keys_file)}
 
     def _credentials(self, args: list[str]) -> dict[str, str]:
         """On a secured stack, the client config of the role ``args`` run as."""
@@ -322,59 +337,6 @@ def tenant_credentials(stack: DevStack, tenant: str) -> dict:
 def dev_client(stack: DevStack, reply_to: str | None = None) -> KipClient:
     """A client (not started) of the demo tenant."""
     return dev_spec(stack, reply_to).client()
-
-
-# What a benchmark's own broker takes: plain, or trusting no one with every process
-# connecting as its role over SASL_SSL (SCRAM) or with its certificate (mTLS).
-BUSES = ("plaintext", "scram", "mtls")
-
-
-@asynccontextmanager
-async def own_stack(prefix: str, registry_dir: Path, worker_env: dict[str, str] | None = None,
-                    split_pipeline: bool = False, bus: str = "plaintext", log=print,
-                    steady_state: bool = False, access: AccessConfig | None = None,
-                    brokers: int = 1, replication_factor: int | None = None
-                    ) -> AsyncIterator[DevStack]:
-    """A prepared kip with a broker (or a cluster of ``brokers``) of its own on free
-    loopback ports, in a temporary folder, on ``bus`` (``BUSES``), compiled by C2 where
-    ``steady_state`` (``LocalBroker``), with ``access`` as its access file (default: one
-    demo tenant), its topics replicated ``replication_factor`` times (default: what the
-    cluster can hold); services are the caller's to start. Everything stops on exit."""
-    with tempfile.TemporaryDirectory(prefix=f"kip-{prefix}-") as tmp:
-        if access is not None:
-            write_private(Path(tmp) / "access.json", access.to_json().encode())
-        broker = _own_broker(Path(tmp), bus, steady_state, brokers)
-        stack = DevStack(home=Path(tmp), bootstrap_servers=broker.bootstrap, prefix=prefix,
-                         registry_dir=registry_dir, metrics_base_port=0,
-                         worker_env=worker_env or {}, split_pipeline=split_pipeline,
-                         own_broker=broker, mtls=bus == "mtls",
-                         replication_factor=replication_factor)
-        try:
-            await asyncio.to_thread(broker.start, log=log)
-            await asyncio.to_thread(stack.prepare, log)
-            yield stack
-        finally:
-            await asyncio.to_thread(stack.stop_services)
-            await asyncio.to_thread(broker.stop)
-            stack.remove_signatures()
-
-
-def _own_broker(home: Path, bus: str, steady_state: bool, brokers: int = 1
-                ) -> LocalBroker | LocalCluster:
-    """A broker (or a cluster of ``brokers``) for a stack in ``home``: plain, or secured
-    with a user for each of the stack's roles (its SASL_SSL listener and its mTLS one
-    both open)."""
-    if bus not in BUSES:
-        raise ValueError(f"bus '{bus}': expected one of {', '.join(BUSES)}")
-    security = {} if bus == "plaintext" else dict(secure=True, users=DevStack(home=home).roles())
-    if brokers > 1:
-        base = free_port_run(PORTS_PER_NODE * brokers)
-        return LocalCluster(home / "kafka", brokers, base, steady_state=steady_state,
-                            **security)
-    ports = dict(port=free_port(), controller_port=free_port(), steady_state=steady_state)
-    if security:
-        ports["mtls_port"] = free_port()
-    return LocalBroker(home / "kafka", **ports, **security)
 
 
 def _tail(path: Path | None, lines: int = 15) -> str:

@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kip.devkit import floors   # noqa: E402
-from kip.devkit.stack import _own_broker   # noqa: E402
+from kip.devkit.own_stack import _own_broker  # noqa: E402
 from kip.transport.clients import KafkaConnection   # noqa: E402
 
 VARIANTS = ("in process", "own process", "faust", "faust, kip's consumer", "side records")

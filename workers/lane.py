@@ -171,15 +171,17 @@ def open_lane(settings: WorkerSettings, model: str, name: str, topics: list[str]
     """A lane (its consumer not started) subscribed to ``topics``. ``name`` is
     "interactive", or "" for the standard/batch lane."""
     group = settings.names.worker_group(model, name)
+    session_timeout_ms = (settings.interactive_session_timeout_ms if name
+                          else settings.session_timeout_ms)
     consumer = settings.kafka.consumer(
         group_id=group, auto_offset_reset="earliest",
-        session_timeout_ms=settings.session_timeout_ms,
-        heartbeat_interval_ms=settings.session_timeout_ms // 3,
+        session_timeout_ms=session_timeout_ms,
+        heartbeat_interval_ms=session_timeout_ms // 3,
         max_poll_interval_ms=settings.max_poll_interval_ms,
         fetch_max_bytes=4 * MAX_MESSAGE_BYTES,
         fetch_max_wait_ms=HOT_PATH_FETCH_MAX_WAIT_MS)
     transactions = PartitionTransactions(
-        settings.kafka, group, transaction_timeout_ms(settings.session_timeout_ms),
+        settings.kafka, group, transaction_timeout_ms(session_timeout_ms),
         owned=lambda tp: tp in consumer.assignment(),
         any_partition=settings.names.any_partition,
         chaining=sealing.chaining(settings.names.audit))

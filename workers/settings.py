@@ -23,8 +23,12 @@ class WorkerSettings(KipSettings):
     interactive_max_delay_ms: float = Field(
         0.0, description="longest wait to fill an interactive batch: every ms of it is a "
         "ms of latency when requests trickle in, and under load a fetch returns many at once")
-    session_timeout_ms: int = Field(30_000, description="consumer group session timeout; "
-                                    "transactions time out at two thirds of it")
+    session_timeout_ms: int = Field(30_000, description="the standard/batch lane's "
+                                    "consumer group session timeout; transactions time out "
+                                    "at two thirds of it")
+    interactive_session_timeout_ms: int = Field(
+        6_000, description="the interactive lane's: how long a worker host cut off keeps "
+        "its interactive partitions from the others (the broker's least by default)")
     max_poll_interval_ms: int = Field(
         300_000, description="longest one batch (inference and commit) may take before the "
         "group gives its partitions away; heartbeats flow meanwhile, inference runs in a thread")

@@ -50,3 +50,14 @@ def test_a_fault_after_the_last_request_has_no_gap():
     t.fault(120.0, "kill worker")
     cost = t.costs()[0]
     assert cost.gap_s != cost.gap_s and "longest gap" not in cost.line()
+
+
+def test_a_stalled_partition_shows_in_the_slowest_not_the_gap():
+    t = _timeline(0.05, 0.02, outage=(0.0, 0.0))
+    for n in range(0, 2000, 3):   # a third of the requests wait for their owner's return
+        rid = f"r{n}"
+        if 40.0 <= t.sent[rid] < 48.0:
+            t.arrived[rid] = 48.5
+    t.fault(40.0, "partition worker")
+    cost = t.costs()[0]
+    assert cost.gap_s < 0.2 and 8400 < cost.max_ms <= 8500

@@ -2,7 +2,8 @@ import asyncio
 
 import pytest
 
-from kip.devkit.stack import REFERENCE_MODELS, DevStack, own_stack
+from kip.devkit.stack import REFERENCE_MODELS, DevStack
+from kip.devkit.own_stack import own_stack
 
 
 def test_a_service_that_died_is_named_with_the_end_of_its_log(tmp_path):
