@@ -138,3 +138,22 @@ def test_on_the_secured_bus_every_process_and_floor_connects_over_tls(registry):
     assert d["two_hop_faust_first"]["p50_ms"] > 0
     assert d["two_hop_shape_of_kip"]["added"]["p50_ms"] > 0
     assert bench_cost.render(report).startswith("bus: SSL")
+
+
+def test_the_replication_report_sets_every_broker_beside_the_one():
+    from kip.devkit.replication_cost import render_replication
+
+    def run(cpu: dict, wall: float) -> dict:
+        stages = {s: {"p50_ms": wall, "p99_ms": 2 * wall} for s in (
+            "client_wall", "added_over_inference", "admission", "transport",
+            "commit_and_return")}
+        return {"replication": "x", "a_single_row": {"requests_per_s": 100.0,
+                                                     "cpu_us_per_request": cpu | {"all": 0}},
+                "c_sequential": stages, "c_cpu_us_per_request": cpu}
+
+    one = run({"broker": 100.0, "pipeline": 50.0}, 10.0)
+    three = run({"broker 1": 120.0, "broker 2": 60.0, "broker 3": 60.0, "pipeline": 50.0}, 15.0)
+    text = render_replication({"1 broker": one, "3 brokers": three})
+    assert "brokers, summed" in text and "2.40x" in text   # 240 beside 100
+    assert "all" in text and "1.93x" in text                # 290 beside 150
+    assert "client_wall" in text and "(1.50x)" in text

@@ -5,6 +5,7 @@ Needs root (skipped without it, saying why)."""
 from __future__ import annotations
 
 import errno
+import shutil
 import socket
 import subprocess
 import sys
@@ -67,6 +68,8 @@ def test_a_cut_host_is_out_of_reach_until_healed(network):
 
 
 def test_a_degraded_link_loses_packets_and_is_restored(network):
+    if shutil.which("nft") is None:
+        pytest.skip("a lossy link needs nftables' nft")
     a, b = network.host("a"), network.host("b")
     network.degrade(b, loss_percent=100, rate_kbit=1000)
     assert not _reaches(a, b.address, 9)   # every packet lost: not even a refusal
