@@ -85,7 +85,39 @@ BROKER_SESSION_TIMEOUT_MS = 4000
 BROKER_HEARTBEAT_INTERVAL_MS = 1000
 
 
-class LocalBroker:
+class ClientAccess:
+    """How clients reach a local Kafka, one broker or a cluster, from its ``bootstrap``,
+    ``mtls_bootstrap`` and ``security`` (None when plain)."""
+
+    bootstrap: str
+    mtls_bootstrap: str
+    security: Security | None
+
+    @property
+    def kafka(self) -> KafkaConnection:
+        """The connection of an operator who may do everything (``admin`` when secure)."""
+        return self.client(ADMIN) if self.security else KafkaConnection(bootstrap=self.bootstrap)
+
+    def client(self, user: str, *, mtls: bool = False, mechanism: str = CLIENT_MECHANISM
+               ) -> KafkaConnection:
+        """How ``user`` connects to this secured Kafka: SCRAM over TLS, or mTLS."""
+        if mtls:
+            return KafkaConnection(**self.security.mtls_client(user, self.mtls_bootstrap))
+        return KafkaConnection(**self.security.client(user, self.bootstrap, mechanism))
+
+    def client_config(self, user: str, *, mtls: bool = False) -> Path:
+        """The client config file of ``user`` (for ``KIP_KAFKA_CONFIG``): SCRAM over TLS,
+        or its certificate over mTLS."""
+        return self.security.folder / "clients" / (
+            f"{user}.mtls.json" if mtls else f"{user}.json")
+
+    def write_client_configs(self) -> Path:
+        """A client config per user, naming this Kafka's bootstrap; their folder."""
+        return self.security.write_client_configs(self.bootstrap,
+                                                  mtls_bootstrap=self.mtls_bootstrap)
+
+
+class LocalBroker(ClientAccess):
     """One KRaft broker+controller process whose state lives in ``data_dir``: alone, or
     node ``node_id`` of a cluster whose controllers are ``voters``
     (``devkit/cluster.py``), formatted with that cluster's ``cluster_id``.
@@ -140,24 +172,6 @@ class LocalBroker:
     def mtls_bootstrap(self) -> str:
         return f"{self.address}:{self.mtls_port}"
 
-    @property
-    def kafka(self) -> KafkaConnection:
-        """The connection of an operator who may do everything (``admin`` when secure)."""
-        return self.client(ADMIN) if self.security else KafkaConnection(bootstrap=self.bootstrap)
-
-    def client(self, user: str, *, mtls: bool = False, mechanism: str = CLIENT_MECHANISM
-               ) -> KafkaConnection:
-        """How ``user`` connects to this secured broker: SCRAM over TLS, or mTLS."""
-        if mtls:
-            return KafkaConnection(**self.security.mtls_client(user, self.mtls_bootstrap))
-        return KafkaConnection(**self.security.client(user, self.bootstrap, mechanism))
-
-    def client_config(self, user: str, *, mtls: bool = False) -> Path:
-        """The client config file of ``user`` (for ``KIP_KAFKA_CONFIG``): SCRAM over TLS,
-        or its certificate over mTLS."""
-        return self.security.folder / "clients" / (
-            f"{user}.mtls.json" if mtls else f"{user}.json")
-
     def start(self, timeout_s: float = 60.0, log=print) -> None:
         """Start the broker unless it runs already; return when it accepts clients."""
         if self.pid() is not None:
@@ -169,8 +183,7 @@ class LocalBroker:
         log(f"kafka broker {KAFKA_VERSION} ready on {self.bootstrap} "
             f"in {time.monotonic() - started:.1f}s (pid {proc.pid}, log {self.log_file})")
         if self.security:
-            folder = self.security.write_client_configs(
-                self.bootstrap, mtls_bootstrap=self.mtls_bootstrap)
+            folder = self.write_client_configs()
             log(f"secured: SASL_SSL on {self.bootstrap}, mTLS on {self.mtls_bootstrap}; "
                 f"client configs in {folder} (export KIP_KAFKA_CONFIG={folder}/admin.json)")
 

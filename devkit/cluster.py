@@ -19,20 +19,19 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kip.devkit.broker import LocalBroker, new_cluster_id
+from kip.devkit.broker import ClientAccess, LocalBroker, new_cluster_id
 from kip.devkit.hosts import Host
 from kip.runtime.files import private_dir
-from kip.security import ADMIN, CLIENT_MECHANISM, Security
+from kip.security import Security
 from kip.topics.catalogue import Replication
-from kip.transport.clients import KafkaConnection
 
 PORTS_PER_NODE = 3
 
 
-class LocalCluster:
+class LocalCluster(ClientAccess):
     """``brokers`` KRaft nodes whose state lives under ``data_dir``. Offers what
-    ``LocalBroker`` offers a stack (``bootstrap``, ``kafka``, ``client``, ``start``,
-    ``stop``), and ``nodes`` for a harness that breaks them one at a time."""
+    ``LocalBroker`` offers a stack (``bootstrap``, ``ClientAccess``, ``start``, ``stop``),
+    and ``nodes`` for a harness that breaks them one at a time."""
 
     def __init__(self, data_dir: str | os.PathLike, brokers: int = 3, port: int = 9092, *,
                  secure: bool = False, users: list[str] = (), steady_state: bool = False,
@@ -70,21 +69,6 @@ class LocalCluster:
     def mtls_bootstrap(self) -> str:
         return ",".join(node.mtls_bootstrap for node in self.nodes)
 
-    @property
-    def kafka(self) -> KafkaConnection:
-        """The connection of an operator who may do everything (``admin`` when secure)."""
-        return self.client(ADMIN) if self.security else KafkaConnection(bootstrap=self.bootstrap)
-
-    def client(self, user: str, *, mtls: bool = False, mechanism: str = CLIENT_MECHANISM
-               ) -> KafkaConnection:
-        if mtls:
-            return KafkaConnection(**self.security.mtls_client(user, self.mtls_bootstrap))
-        return KafkaConnection(**self.security.client(user, self.bootstrap, mechanism))
-
-    def client_config(self, user: str, *, mtls: bool = False) -> Path:
-        return self.security.folder / "clients" / (
-            f"{user}.mtls.json" if mtls else f"{user}.json")
-
     def node(self, node_id: int) -> LocalBroker:
         return self.nodes[node_id - 1]
 
@@ -101,8 +85,7 @@ class LocalCluster:
             f"{time.monotonic() - started:.1f}s (replication factor {self.replication.factor}, "
             f"min.insync.replicas {self.replication.min_insync}; logs in {self.data_dir})")
         if self.security:
-            folder = self.security.write_client_configs(
-                self.bootstrap, mtls_bootstrap=self.mtls_bootstrap)
+            folder = self.write_client_configs()
             log(f"secured: client configs in {folder} "
                 f"(export KIP_KAFKA_CONFIG={folder}/admin.json)")
 
