@@ -59,7 +59,7 @@ from kip.schemas.messages import Priority
 from kip.schemas.result_signatures import request_sha256
 from kip.topics.catalogue import MAX_MESSAGE_BYTES
 from kip.transport.admin import cluster_brokers
-from kip.transport.clients import INFLATION_BUDGET_BYTES
+from kip.transport.clients import INFLATION_BUDGET_BYTES, METADATA_MAX_AGE_MS
 from kip.transport.inflation import bound_inflation
 from kip.transport.outputs import Output, Record, signed_records
 from kip.transport.transactions import Entry, PartitionTransactions
@@ -137,6 +137,8 @@ def create_app(settings: PipelineSettings, replicas: int = 1) -> faust.App:
         store="memory://", web_enabled=False,
         datadir=str(_faust_dir(settings) / "{conf.name}-data"), topic_replication_factor=replicas,
         producer_acks=-1, consumer_auto_offset_reset="earliest", autodiscover=False,
+        consumer_metadata_max_age_ms=METADATA_MAX_AGE_MS,
+        producer_metadata_max_age_ms=METADATA_MAX_AGE_MS,
         topic_partitions=settings.request_partitions,
         broker_session_timeout=settings.session_timeout_ms / 1000,
         broker_heartbeat_interval=settings.session_timeout_ms / 3000)

@@ -38,12 +38,22 @@ FETCH_HEADROOM_BYTES = 1024 * 1024
 # own, whatever the linger, and the broker spends more per produce request than
 # per record. A batch holds at least one record, so bigger records still go.
 BATCH_BYTES = 1024 * 1024
+
+# How old a client's cluster metadata may grow before it asks again (aiokafka and faust:
+# 5 minutes). A consumer that resets a partition with no committed offset sends
+# ListOffsets to the leader its metadata names, and on NOT_LEADER retries the same node
+# without refreshing (aiokafka 0.14's Fetcher._update_fetch_positions): after a leader
+# moved, a worker rebalancing onto such a partition waited out the metadata age, and
+# with it every interactive request it held (kip faults --cluster, a broker paused:
+# 184 s without a result). A refresh is one small request a client per interval.
+METADATA_MAX_AGE_MS = 5_000
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "acks": "all", "enable_idempotence": True, "max_request_size": MAX_MESSAGE_BYTES,
-    "max_batch_size": BATCH_BYTES}
+    "max_batch_size": BATCH_BYTES, "metadata_max_age_ms": METADATA_MAX_AGE_MS}
 CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable_auto_commit": False, "isolation_level": "read_committed",
-    "max_partition_fetch_bytes": MAX_MESSAGE_BYTES + FETCH_HEADROOM_BYTES}
+    "max_partition_fetch_bytes": MAX_MESSAGE_BYTES + FETCH_HEADROOM_BYTES,
+    "metadata_max_age_ms": METADATA_MAX_AGE_MS}
 
 # How long the broker may hold a fetch of request, work or reply topics waiting for data
 # (aiokafka: 500 ms; faust: 1,500 ms). aiokafka keeps one fetch in flight per broker and

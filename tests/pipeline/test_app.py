@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from kip.pipeline.app import DECIDE_SLICE, create_app, decide_round
 from kip.pipeline.faust_adapter import FetchWaitConsumerThread, TransactionalConsumer
 from kip.pipeline.settings import PipelineSettings
-from kip.transport.clients import HOT_PATH_FETCH_MAX_WAIT_MS
+from kip.transport.clients import HOT_PATH_FETCH_MAX_WAIT_MS, METADATA_MAX_AGE_MS
 
 
 def test_the_pipeline_consumer_fetches_with_the_hot_path_wait(tmp_path, access):
@@ -22,6 +22,9 @@ def test_the_pipeline_consumer_fetches_with_the_hot_path_wait(tmp_path, access):
     async def consumer_of_its_thread():
         app = create_app(settings)
         assert app.transport.Consumer is TransactionalConsumer
+        # metadata refreshed often: a moved leader is found (transport/clients.py)
+        assert (app.conf.consumer_metadata_max_age_ms == app.conf.producer_metadata_max_age_ms
+                == METADATA_MAX_AGE_MS)
         thread = app.consumer._thread
         assert isinstance(thread, FetchWaitConsumerThread)
         assert thread.thread_loop is asyncio.get_running_loop()   # pipeline/faust_adapter.py

@@ -9,7 +9,7 @@ import pytest
 from kip.devkit.layers import modules
 from tests.conftest import repo_root
 from kip.topics.catalogue import MAX_MESSAGE_BYTES
-from kip.transport.clients import BATCH_BYTES, KafkaConnection
+from kip.transport.clients import BATCH_BYTES, METADATA_MAX_AGE_MS, KafkaConnection
 
 BUILDS_A_CLIENT = re.compile(r"AIOKafka(Producer|Consumer|AdminClient)\(|kafka://")
 
@@ -33,11 +33,13 @@ def test_producers_and_consumers_get_the_safe_defaults(monkeypatch):
     assert producer == {"bootstrap_servers": "127.0.0.1:1", "security_protocol": "PLAINTEXT",
                         "acks": "all",
                         "enable_idempotence": True, "max_request_size": MAX_MESSAGE_BYTES,
-                        "max_batch_size": BATCH_BYTES, "linger_ms": 20}
+                        "max_batch_size": BATCH_BYTES, "linger_ms": 20,
+                        "metadata_max_age_ms": METADATA_MAX_AGE_MS}
     topics, consumer = built["AIOKafkaConsumer"]
     assert topics == ("t",) and consumer["isolation_level"] == "read_committed"
     assert consumer["enable_auto_commit"] is False and consumer["group_id"] is None
     assert consumer["max_partition_fetch_bytes"] > MAX_MESSAGE_BYTES
+    assert consumer["metadata_max_age_ms"] == METADATA_MAX_AGE_MS
     assert built["AIOKafkaAdminClient"][1] == {"bootstrap_servers": "127.0.0.1:1",
                                                "security_protocol": "PLAINTEXT",
                                                "client_id": "x"}
