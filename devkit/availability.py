@@ -24,20 +24,26 @@ class Timeline:
         self.faults.append((began, what))
 
     def costs(self) -> list[FaultCost]:
-        return [self.cost(began, what) for began, what in self.faults]
+        faults = sorted(self.faults)
+        ends = [nxt for nxt, _ in faults[1:]] + [float("inf")]
+        return [self.cost(began, what, next_fault=end)
+                for (began, what), end in zip(faults, ends)]
 
-    def cost(self, began: float, what: str) -> FaultCost:
+    def cost(self, began: float, what: str, next_fault: float = float("inf")) -> FaultCost:
         """The gap: from the fault on, the longest wait between interactive results,
         looked for up to a window after it or until the last request was sent (no result
-        is due after that), the wait that spans that end included."""
+        is due after that), the wait that spans that end included; or until the next
+        fault began, which owns what comes after (the wait spanning it is cut there)."""
         last_sent = max(self.sent.values(), default=began)
         if began > last_sent:   # nothing was due after it
             return self._figures(what, began, float("nan"))
-        horizon = min(began + WINDOW_S, last_sent)
+        horizon = min(began + WINDOW_S, last_sent, next_fault)
         arrivals = sorted(t for rid, t in self.arrived.items()
                           if rid in self.sent and t >= began)
         within = [t for t in arrivals if t <= horizon]
-        marks = [began, *within, *[t for t in arrivals if t > horizon][:1]]
+        beyond = [t for t in arrivals if t > horizon][:1]
+        end = [horizon] if horizon == next_fault else beyond
+        marks = [began, *within, *end]
         gap = max((b - a for a, b in zip(marks, marks[1:])), default=float("inf"))
         return self._figures(what, began, gap)
 

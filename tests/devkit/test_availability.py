@@ -61,3 +61,12 @@ def test_a_stalled_partition_shows_in_the_slowest_not_the_gap():
     t.fault(40.0, "partition worker")
     cost = t.costs()[0]
     assert cost.gap_s < 0.2 and 8400 < cost.max_ms <= 8500
+
+
+def test_the_next_faults_outage_is_not_charged_to_the_one_before():
+    t = _timeline(0.05, 0.02, outage=(60.0, 73.0))
+    t.fault(40.0, "kill pipeline")   # 20 s of calm, then the next fault's outage
+    t.fault(60.0, "partition broker")
+    before, after = t.costs()
+    assert before.gap_s < 0.1
+    assert 12.9 < after.gap_s <= 13.0
