@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from kip.devkit.cluster_faults import active_controller
+from kip.devkit.cluster_faults import active_controller, short_of_replicas
 from kip.devkit.fault_injection import FaultPlan
 
 
@@ -57,3 +57,16 @@ def test_the_cluster_plan_holds_every_fault_the_acceptance_asks_for():
     assert counts["partition pipeline"] == 1 and counts["partition broker"] == 1
     assert counts["kill worker"] >= 1 and counts["pause pipeline"] >= 1
     assert FaultPlan.cluster().brokers == 3 and FaultPlan.cluster().hosts
+
+
+def _described(topic: str, *partitions: tuple[list[int], list[int]]) -> dict:
+    return {"topic": topic, "error_code": 0,
+            "partitions": [{"replicas": r, "isr": i} for r, i in partitions]}
+
+
+def test_the_wait_for_sync_passes_over_a_partition_whose_only_copies_are_gone():
+    described = [_described("caught-up", ([1, 2, 3], [3, 1, 2])),
+                 _described("catching-up", ([1, 2, 3], [1, 2, 3]), ([1, 2, 3], [2, 3])),
+                 _described("wiped-at-factor-1", ([1], []))]
+    assert short_of_replicas(described) == ["catching-up"]
+    assert short_of_replicas(described[2:]) == []
