@@ -121,8 +121,8 @@ async def measure(args) -> dict:
             if args.warm_up:
                 print(f"warming up: {args.warm_up} single-row requests", file=sys.stderr,
                       flush=True)
-                for count in warm_up_rounds(args.warm_up, args.requests):
-                    await all_in_flight(kip, pids, raw, count, 1)
+                for round_size in warm_up_rounds(args.warm_up, args.requests):
+                    await all_in_flight(kip, pids, raw, round_size, 1)
             print(f"(a) {args.requests} single-row requests, all in flight", file=sys.stderr, flush=True)
             report["a_single_row"] = await all_in_flight(kip, pids, raw, args.requests, 1)
             print(f"(b) {args.batched} requests of 32 rows, all in flight", file=sys.stderr, flush=True)

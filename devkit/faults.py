@@ -91,7 +91,8 @@ async def _run(plan: FaultPlan, stack: DevStack, supervisor: Supervisor, log
             report.leftover = await leftover_records(stack.kafka, stack.names, [MODEL])
             report.faults = dict(injector.done)
             report.unplanned = dict(supervisor.unplanned)
-            report.costs = tally.timeline.costs() + [tally.timeline.steady()]
+            steady = tally.timeline.steady()   # none where faults leave no calm minute
+            report.costs = tally.timeline.costs() + ([steady] if steady.requests else [])
             report.replay = await _replayed(client, tally, sent.last)
             report.elapsed_s = time.monotonic() - started
             return report

@@ -7,8 +7,6 @@ import argparse
 import asyncio
 import os
 
-import pytest
-
 from kip.devkit import bench_cost, floors
 from kip.devkit.cpu import CpuMeter, cpu_us, main_thread_cpu_us
 
