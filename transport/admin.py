@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import TopicAlreadyExistsError, for_code
 
 from kip.topics.catalogue import TopicSpec
 from kip.transport.clients import KafkaConnection
@@ -49,10 +50,12 @@ async def apply(kafka: KafkaConnection, specs: list[TopicSpec]) -> ApplyReport:
         report = ApplyReport()
         new = [s for s in specs if s.name not in existing]
         if new:
-            await admin.create_topics([
-                NewTopic(s.name, s.partitions, s.replicas, topic_configs=s.config)
-                for s in new])
-            report.created = [s.name for s in new]
+            # The broker that listed topics may not know one the controller has already
+            # made (each broker learns of it a moment later): the controller's answer
+            # says which were created and which existed.
+            existed = await _create(admin, new)
+            existing |= existed
+            report.created = [s.name for s in new if s.name not in existed]
             await _until_served(admin, report.created)
         old = [s for s in specs if s.name in existing]
         if old:
@@ -64,9 +67,29 @@ async def apply(kafka: KafkaConnection, specs: list[TopicSpec]) -> ApplyReport:
         await admin.close()
 
 
+async def _create(admin: AIOKafkaAdminClient, specs: list[TopicSpec]) -> set[str]:
+    """Create ``specs``; return those that existed already. Any other refusal (too few
+    brokers for the factor, a config the broker rejects) raises, naming the topic."""
+    response = await admin.create_topics([
+        NewTopic(s.name, s.partitions, s.replicas, topic_configs=s.config) for s in specs])
+    existed = set()
+    for topic, code, *rest in response.topic_errors:
+        if code == TopicAlreadyExistsError.errno:
+            existed.add(topic)
+        elif code:
+            message = rest[0] if rest and rest[0] else for_code(code).__name__
+            raise TopicCreationError(f"{topic}: the controller refused it: {message}")
+    return existed
+
+
+class TopicCreationError(RuntimeError):
+    """A topic kip needs could not be created."""
+
+
 async def _compare(admin: AIOKafkaAdminClient, specs: list[TopicSpec], report: ApplyReport
                    ) -> None:
-    described = {t["topic"]: t for t in await admin.describe_topics([s.name for s in specs])}
+    described = {t["topic"]: t for t in await _until_served(admin, [s.name for s in specs],
+                                                              leaders=False)}
     configs = await admin.describe_configs(
         [ConfigResource(ConfigResourceType.TOPIC, s.name) for s in specs])
     actual_config = _config_by_topic(configs)
@@ -89,16 +112,17 @@ async def _compare(admin: AIOKafkaAdminClient, specs: list[TopicSpec], report: A
 
 
 async def _until_served(admin: AIOKafkaAdminClient, names: list[str],
-                        timeout_s: float = 30.0) -> None:
-    """Wait until the broker's metadata names every partition of ``names`` with a
-    leader. A created topic reaches the controller first and the broker that serves
-    metadata a moment later; a client started in between would find no such topic."""
+                        timeout_s: float = 30.0, leaders: bool = True) -> list[dict]:
+    """Wait until the broker's metadata names every partition of ``names``, each with
+    a leader unless ``leaders`` is False; return that description. A created topic reaches the controller first and
+    the broker that serves metadata a moment later; a client started in between would
+    find no such topic."""
     give_up = time.monotonic() + timeout_s
     while True:
         topics = await admin.describe_topics(names)
-        waiting = [t["topic"] for t in topics if not _served(t)]
+        waiting = [t["topic"] for t in topics if not _served(t, leaders)]
         if not waiting:
-            return
+            return topics
         if time.monotonic() > give_up:
             raise TimeoutError(f"created, but after {timeout_s:.0f} s the broker still "
                                f"serves no leader for {', '.join(sorted(waiting))}: check "
@@ -121,9 +145,9 @@ def _replication_factor(topic: dict) -> int:
     return min((len(p["replicas"]) for p in topic["partitions"]), default=0)
 
 
-def _served(topic: dict) -> bool:
+def _served(topic: dict, leaders: bool = True) -> bool:
     return (topic["error_code"] == 0 and bool(topic["partitions"])
-            and all(p["leader"] >= 0 for p in topic["partitions"]))
+            and (not leaders or all(p["leader"] >= 0 for p in topic["partitions"])))
 
 
 def _config_by_topic(responses) -> dict[str, dict[str, str]]:

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from kip.transport.admin import _until_served, apply, cluster_brokers
+from kip.transport.admin import (TopicCreationError, _create, _until_served, apply,
+                                 cluster_brokers)
 from kip.topics.catalogue import Replication, catalogue
 from kip.topics.names import TopicNames
 
@@ -42,6 +43,30 @@ def test_a_topic_never_served_names_itself_after_the_timeout(broker, prefix):
 
     with pytest.raises(TimeoutError, match=r"never-created: check the broker's log"):
         asyncio.run(go())
+
+
+def test_a_topic_the_listing_missed_is_compared_not_reported_created(broker, prefix):
+    """On a cluster the broker that lists topics can lag the controller that made one:
+    such a topic is then sent to be created again, and the controller's answer says it
+    exists."""
+    spec = catalogue(TopicNames(prefix), ["digits"], partitions=1)[0]
+    assert asyncio.run(apply(broker.kafka, [spec])).created == [spec.name]
+
+    async def again():
+        admin = broker.kafka.admin(client_id="kip-test")
+        await admin.start()
+        try:
+            return await _create(admin, [spec])
+        finally:
+            await admin.close()
+
+    assert asyncio.run(again()) == {spec.name}
+
+
+def test_a_topic_the_controller_refuses_names_itself(broker, prefix):
+    spec = replace(catalogue(TopicNames(prefix), ["digits"], partitions=1)[0], replicas=3)
+    with pytest.raises(TopicCreationError, match=rf"{spec.name}: the controller refused it"):
+        asyncio.run(apply(broker.kafka, [spec]))
 
 
 def test_on_a_cluster_of_three_topics_keep_three_copies_two_in_sync(cluster, prefix):
