@@ -6,6 +6,9 @@
     kip models verify [minilm]            re-hash every file and check the signatures
     kip models import model.onnx --manifest fields.json [--file tokenizer.json] [--alias A]
     kip models export mypkg.models:classifier [--atol 1e-4] [--alias A]
+    kip models push [minilm ...]          copy versions to the model store (KIP_MODEL_STORE)
+    kip models pull NAME@VERSION ...      stage versions from the store, checked, into the registry
+    kip models list --store               the versions the store holds
 
 Signing uses ``KIP_MODEL_SIGNING_KEY_FILE``: a release engineer's key, kept off the
 servers, which hold only the public keys (``KIP_MODEL_PUBLIC_KEYS_FILE``).
@@ -29,7 +32,10 @@ def add_command(sub) -> None:
                        "(KIP_MODEL_SIGNING_KEY_FILE)")
     build.set_defaults(func=_build)
     listing = actions.add_parser("list", help="aliases, versions and their signers")
+    listing.add_argument("--store", action="store_true", help="the model store's versions "
+                         "(KIP_MODEL_STORE) instead")
     listing.set_defaults(func=_list)
+    _add_store_commands(actions)
     sign = actions.add_parser("sign", help="sign a version's manifest")
     sign.add_argument("target", help="an alias or NAME@VERSION")
     sign.set_defaults(func=_sign)
@@ -55,6 +61,17 @@ def add_command(sub) -> None:
         action.set_defaults(func=func)
 
 
+def _add_store_commands(actions) -> None:
+    push = actions.add_parser("push", help="copy versions to the model store")
+    push.add_argument("targets", nargs="*", help="aliases or NAME@VERSION (default: every "
+                      "aliased version)")
+    push.set_defaults(func=_push)
+    pull = actions.add_parser("pull", help="stage versions from the model store into the "
+                              "registry, every file and signature checked first")
+    pull.add_argument("targets", nargs="+", help="NAME@VERSION")
+    pull.set_defaults(func=_pull)
+
+
 def _registry():
     from kip.models.registry import Registry
     from kip.runtime.settings import KipSettings
@@ -75,10 +92,43 @@ def _build(args) -> int:
     return 0
 
 
+def _store(settings):
+    from kip.models.store import ModelStore
+
+    if not settings.model_store:
+        raise SystemExit("no model store: set KIP_MODEL_STORE (file://, s3://, gs://, https://)")
+    return ModelStore(settings.model_store)
+
+
+def _push(args) -> int:
+    settings, registry = _registry()
+    store = _store(settings)
+    for target in args.targets or sorted(registry.aliases()):
+        mv = registry.resolve(target)
+        pushed = store.push(mv)
+        print(f"{'pushed ' if pushed else 'present'} {mv.manifest.name}@{mv.manifest.version}")
+    return 0
+
+
+def _pull(args) -> int:
+    from kip.models.signing import configured_trust
+
+    settings, registry = _registry()
+    store, trust = _store(settings), configured_trust(settings)
+    for target in args.targets:
+        name, _, version = target.partition("@")
+        mv = store.stage(name, version, registry, trust)
+        print(f"staged  {name}@{version} in {mv.path}")
+    return 0
+
+
 def _list(args) -> int:
     from kip.models.signing import signatures
 
-    _, registry = _registry()
+    settings, registry = _registry()
+    if args.store:
+        print("\n".join(_store(settings).versions()))
+        return 0
     for alias, target in sorted(registry.aliases().items()):
         mv = registry.resolve(alias)
         signers = ", ".join(f"{s.key_id} ({s.signed_by})" for s in signatures(mv.path))

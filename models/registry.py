@@ -71,6 +71,12 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$")
 _VERSION = re.compile(r"^[0-9a-f]{1,64}$")
 
 
+def valid_version_name(name: str, version: str) -> bool:
+    """Whether ``name@version`` can be a model version's: they come from requests and
+    headers, and paths are built from them only after this holds."""
+    return bool(_NAME.match(name) and _VERSION.match(version)) and ".." not in name
+
+
 class Registry:
     """Reads and writes model versions under one root folder."""
 
@@ -99,7 +105,7 @@ class Registry:
     def get(self, name: str, version: str) -> ModelVersion:
         """The version's manifest; names that cannot be a model's are refused before any
         path is built from them (they come from requests and headers)."""
-        if not (_NAME.match(name) and _VERSION.match(version)) or ".." in name:
+        if not valid_version_name(name, version):
             raise ModelNotFound(f"no model version named '{name[:64]}@{version[:64]}'")
         path = self.root / name / version
         manifest_path = path / "manifest.json"

@@ -40,6 +40,10 @@ class KipSettings(BaseSettings):
         "written; unset: one less than the replication factor, at most 2")
     registry_dir: Path = Field(None, description="model registry root (default "
                                "$KIP_HOME/registry)", validate_default=False)
+    model_store: str | None = Field(
+        None, description="the authoritative model store (models/store.py): file://, "
+        "s3://, gs:// or https:// URL; s3:// reads its endpoint and keys from the AWS_* "
+        "variables, as every S3 client does")
     metrics_port: int = Field(0, description="Prometheus port; 0 = do not serve")
     metrics_host: str = Field("127.0.0.1", description="address /metrics listens on "
                               "(0.0.0.0: every interface, for a scraper on another host)")

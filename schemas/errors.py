@@ -67,8 +67,9 @@ class ModelUnverified(KipError):
 
 
 class ModelUnavailable(KipError):
-    """No worker of the model can load this version: its memory estimate does not fit the
-    workers' memory budget. The request was not run."""
+    """This version cannot be had: its memory estimate does not fit the workers' memory
+    budget, or it is not staged on this host and the model store cannot be read. The
+    request was not run."""
 
     code = "MODEL_UNAVAILABLE"
 
