@@ -117,6 +117,9 @@ def _pull(args) -> int:
     store, trust = _store(settings), configured_trust(settings)
     for target in args.targets:
         name, _, version = target.partition("@")
+        if not version:
+            raise SystemExit(f"pull takes NAME@VERSION, as `kip models list --store` "
+                             f"prints them, not '{target}'")
         mv = store.stage(name, version, registry, trust)
         print(f"staged  {name}@{version} in {mv.path}")
     return 0
