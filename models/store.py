@@ -18,6 +18,7 @@ holds is renamed into the cache, so nothing unchecked is ever where a worker loa
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,9 @@ from kip.models.signing import SIGNATURES, ModelSignature, ModelTrust
 from kip.schemas.errors import ModelNotFound, ModelUnavailable, ModelUnverified
 
 MANIFEST = "manifest.json"
+# A version's files sit in its folder: a name from the store's manifest is one plain name,
+# never a path that would write elsewhere on the host.
+_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$")
 
 
 @dataclass
@@ -99,15 +103,18 @@ class ModelStore:
             raise ModelUnverified(f"{name}@{version}: the store's manifest names "
                                   f"{manifest.name}@{manifest.version}")
         found = self._signatures(source)
-        trust.signer(manifest, found)   # refuses before a byte of the model is fetched
+        trust.signer(manifest, list(found.values()))   # before a byte of the model is fetched
         staging = cache.root / name / f".{version}.staging"
         shutil.rmtree(staging, ignore_errors=True)
         try:
             self._fetch_checked(source, manifest, staging)
-            for s in found:
-                _write(staging / SIGNATURES / f"{s.key_id}.json", s.model_dump_json().encode())
+            for fname, signature in found.items():
+                _write(staging / SIGNATURES / fname, signature.model_dump_json().encode())
             _write(staging / MANIFEST, manifest_bytes)
             staging.rename(cache.root / name / version)
+        except OSError:
+            if not (cache.root / name / version / MANIFEST).exists():
+                raise   # not another stager that landed the same version first
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return cache.get(name, version)
@@ -116,6 +123,9 @@ class ModelStore:
         wanted = {"model.onnx": manifest.artifact_sha256} | manifest.files_sha256
         what = f"{manifest.name}@{manifest.version}"
         for fname, digest in wanted.items():
+            if not _FILE_NAME.match(fname) or fname == MANIFEST:
+                raise ModelUnverified(f"{what}: the manifest names a file '{fname[:64]}' "
+                                      "that cannot be one of a version's", reason="digest")
             data = self._read(source, fname, what)
             if hashlib.sha256(data).hexdigest() != digest:
                 raise ModelUnverified(f"{what}: {fname} in the store does not match its "
@@ -123,13 +133,17 @@ class ModelStore:
                                       reason="digest")
             _write(staging / fname, data)
 
-    def _signatures(self, source: str) -> list[ModelSignature]:
+    def _signatures(self, source: str) -> dict[str, ModelSignature]:
+        """The version's signatures by file name; a file that is not one is skipped."""
         paths = self._call(lambda: self.fs.glob(f"{source}/{SIGNATURES}/*.json"))
-        found = []
+        found = {}
         for path in sorted(paths):
+            fname = path.rsplit("/", 1)[-1]
+            if not _FILE_NAME.match(fname):
+                continue
             try:
-                found.append(ModelSignature.model_validate_json(
-                    self._call(lambda: self.fs.cat_file(path))))
+                found[fname] = ModelSignature.model_validate_json(
+                    self._call(lambda: self.fs.cat_file(path)))
             except ValueError:
                 continue   # not a signature: it verifies nothing
         return found

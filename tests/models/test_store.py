@@ -177,3 +177,19 @@ def test_kip_models_push_list_and_pull_through_the_s3_server(s3, signed, tmp_pat
     assert "staged" in kip(tmp_path / "empty", "pull", target)
     staged = Registry(tmp_path / "empty").load(*target.split("@"))
     assert staged.artifact == signed.artifact.read_bytes()
+
+
+def test_a_store_manifest_naming_a_path_outside_its_version_is_refused(unsigned, tmp_path):
+    """Unsigned versions may run where signatures are not required: the store's manifest
+    is then all that names the files, and a name must not be a way out of the cache."""
+    store = ModelStore(f"file://{tmp_path / 'store'}")
+    store.push(unsigned)
+    m = unsigned.manifest
+    evil = m.model_copy(update={"files_sha256": {"../../escape": "0" * 64}})
+    (tmp_path / "store" / m.name / m.version / "manifest.json").write_text(
+        evil.model_dump_json())
+    cache = Registry(tmp_path / "cache")
+    with pytest.raises(ModelUnverified, match="cannot be one of a version's"):
+        store.stage(m.name, m.version, cache)
+    assert not (tmp_path / "escape").exists() and not (cache.root / "escape").exists()
+    assert not (cache.root / m.name / m.version).exists()
