@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 def add_command(sub) -> None:
-    models = sub.add_parser("models", help="the model registry: build, list, sign, verify")
+    models = sub.add_parser("models", help="the model registry and store: build, list, push, pull, sign, verify")
     actions = models.add_subparsers(required=True, metavar="ACTION")
     build = actions.add_parser("build-reference", help="export the reference models")
     build.add_argument("--force", action="store_true", help="rebuild even if present")
