@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 from kip.devkit import (bench_batch, bench_buckets, bench_burst, bench_checks, bench_cost,
-                        bench_flood, bench_load, bench_prepare, bench_rollout, bench_throughput,
+                        bench_flood, bench_load, bench_prepare, bench_rollout, bench_scale,
+                        bench_throughput,
                         faults)
 from kip.devkit.arguments import count
 from kip.devkit.settings import DevSettings
@@ -33,6 +34,9 @@ BENCHES = [
      "interactive p99 beside the job"),
     ("rollout", bench_rollout, "a 90/10 canary, promote and rollback under interactive "
      "traffic: the canary's share, failed and lost requests, interactive p99"),
+    ("scale", bench_scale, "digits workers 1 -> 3 -> 1 under twice one worker's load, each "
+     "with a CPU limit: how long each join and leave stops the groups, lost and "
+     "duplicated (root)"),
     ("burst", bench_burst, "interactive latency while bursts of standard requests are all "
      "in flight, against steady; one pipeline or two"),
     ("flood", bench_flood, "one tenant floods, signed and unsigned, while another sends "

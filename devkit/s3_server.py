@@ -11,41 +11,25 @@ cloud. MinIO is AGPL-licensed, and moto or s3rver are fakes of S3, not servers o
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 
 from kip.devkit.broker import free_port_run
-from kip.devkit.settings import DevSettings
+from kip.devkit.go_tools import ToolUnavailable, go_binary
 
 VERSITYGW = "github.com/versity/versitygw/cmd/versitygw"
 VERSITYGW_VERSION = "v1.8.0"
 ACCESS_KEY, SECRET_KEY = "kip-store-test", "kip-store-test-secret"
 
 
-class S3Unavailable(RuntimeError):
-    """The server cannot be built here (no Go toolchain, no module proxy)."""
+S3Unavailable = ToolUnavailable   # the server cannot be built here
 
 
 def versitygw_binary() -> Path:
     """The gateway's binary, built once into kip's cache folder."""
-    bin_dir = DevSettings().cache_dir / f"versitygw-{VERSITYGW_VERSION}"
-    binary = bin_dir / "versitygw"
-    if binary.exists():
-        return binary
-    go = shutil.which("go") or ("/usr/local/go/bin/go"
-                                if os.path.exists("/usr/local/go/bin/go") else None)
-    if go is None:
-        raise S3Unavailable("the S3 test server is built with Go (`go` on PATH)")
-    done = subprocess.run([go, "install", f"{VERSITYGW}@{VERSITYGW_VERSION}"],
-                          env=os.environ | {"GOBIN": str(bin_dir), "GOFLAGS": "-mod=mod"},
-                          capture_output=True, text=True, timeout=900)
-    if done.returncode or not binary.exists():
-        raise S3Unavailable(f"go install {VERSITYGW}@{VERSITYGW_VERSION} failed: "
-                            f"{done.stderr[-400:]}")
-    return binary
+    return go_binary(VERSITYGW, VERSITYGW_VERSION)
 
 
 class S3Server:

@@ -100,7 +100,7 @@ class DevStack:
     def roles(self) -> list[str]:
         """The users of every role this stack runs or serves."""
         tenants = ensure_dev_access(self.access_file).tenants
-        return (["pipeline", "operator", "audit-reader"]
+        return (["pipeline", "operator", "audit-reader", "scaling"]
                 + [f"worker-{m}" for m in REFERENCE_MODELS] + [f"tenant-{t}" for t in tenants])
 
     @property

@@ -181,6 +181,9 @@ def _add_process_commands(sub) -> None:
     worker = sub.add_parser("worker", help="run an inference worker for one model")
     worker.add_argument("--model", help="alias to serve (default: KIP_MODEL or minilm)")
     worker.set_defaults(func=_worker)
+    scaling = sub.add_parser("scaling", help="serve the scaling signal: lag and desired "
+                             "workers per model, as Prometheus metrics (KIP_METRICS_PORT)")
+    scaling.set_defaults(func=_scaling)
 
 
 def _topics(args) -> int:
@@ -235,7 +238,7 @@ def _security(args) -> int:
     from kip.topics.catalogue import MAX_MESSAGE_BYTES
 
     access = ensure_access_file(PipelineSettings().access_file, "demo", "demo-key")
-    users = (["pipeline", "operator", "audit-reader"]
+    users = (["pipeline", "operator", "audit-reader", "scaling"]
              + [f"worker-{m}" for m in args.models.split(",")]
              + [f"tenant-{t}" for t in access.tenants])
     written = KipSettings().ensure_keys()
@@ -344,6 +347,19 @@ def _worker(args) -> int:
 
     settings = WorkerSettings(**({"model": args.model} if args.model else {}))
     run_until_signal(run(settings))
+    return 0
+
+
+def _scaling(args) -> int:
+    from kip.runtime import metrics
+    from kip.scaling.settings import ScalingSettings
+    from kip.scaling.signal import serve
+
+    settings = ScalingSettings()
+    if not settings.metrics_port:
+        raise SystemExit("kip scaling serves metrics only: set KIP_METRICS_PORT")
+    metrics.serve(settings.metrics_port, settings.metrics_host)
+    run_until_signal(serve(settings))
     return 0
 
 

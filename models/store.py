@@ -88,8 +88,10 @@ class ModelStore:
         self._call(put)
 
     def stage(self, name: str, version: str, cache: Registry,
-              trust: ModelTrust = ModelTrust()) -> ModelVersion:
-        """The version in ``cache``, pulled and checked first where it is not there."""
+              trust: ModelTrust = ModelTrust(), files: bool = True) -> ModelVersion:
+        """The version in ``cache``, pulled and checked first where it is not there;
+        ``files=False`` pulls its manifest and signatures only (a pipeline routes on
+        them and never runs the model: its cache must not be a worker's)."""
         if not valid_version_name(name, version):
             raise ModelNotFound(f"no model version named '{name[:64]}@{version[:64]}'")
         try:
@@ -107,7 +109,8 @@ class ModelStore:
         staging = cache.root / name / f".{version}.staging"
         shutil.rmtree(staging, ignore_errors=True)
         try:
-            self._fetch_checked(source, manifest, staging)
+            if files:
+                self._fetch_checked(source, manifest, staging)
             for fname, signature in found.items():
                 _write(staging / SIGNATURES / fname, signature.model_dump_json().encode())
             _write(staging / MANIFEST, manifest_bytes)
@@ -168,6 +171,20 @@ class ModelStore:
         except Exception as err:   # each backend has its own (botocore's are not OSError)
             raise ModelUnavailable(f"the model store {self.url} cannot be read: "
                                    f"{type(err).__name__}: {err}") from err
+
+
+def serving_options(url: str, timeout_s: float) -> dict:
+    """Backend options for a serving process: connect within ``timeout_s``, once, so a
+    store that is down fails a stage in seconds instead of a backend's retry schedule."""
+    scheme = url.partition("://")[0]
+    if scheme == "s3":
+        return {"config_kwargs": {"connect_timeout": timeout_s, "read_timeout": 30,
+                                  "retries": {"max_attempts": 1}}}
+    if scheme in ("http", "https"):
+        import aiohttp
+        return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(
+            sock_connect=timeout_s, sock_read=30)}}
+    return {}
 
 
 def _transfer_checks() -> tuple[type[Exception], ...]:

@@ -30,8 +30,6 @@ import faust
 import orjson
 from aiokafka import TopicPartition
 
-from kip.models.registry import Registry
-from kip.models.signing import configured_trust
 from kip.pipeline.access import AccessConfig
 from kip.pipeline.capacity import CapacityView
 from kip.pipeline.claims import Claims
@@ -48,7 +46,7 @@ from kip.pipeline.known_topics import KnownTopics
 from kip.pipeline.quota import Ledger, apply_levels, dump_levels
 from kip.pipeline.replays import SeenRequests
 from kip.pipeline.rounds import rounds
-from kip.pipeline.routing import Router
+from kip.pipeline.routing import serving_router
 from kip.pipeline.settings import PipelineSettings
 from kip.pipeline.work_placement import WorkPlacement
 from kip.runtime import allocator, collector, metrics
@@ -78,8 +76,7 @@ class PipelineState:
         self.settings = settings
         self.access = AccessConfig.from_file(settings.access_file)
         self.releases = Releases()
-        self.router = Router(Registry(settings.registry_dir), trust=configured_trust(settings),
-                             releases=self.releases)
+        self.router = serving_router(settings, self.releases)
         self.control = ControlState()
         self.capacity = CapacityView()
         self.ledger = Ledger(self.control.quotas)

@@ -1,5 +1,9 @@
 """Route: model alias -> immutable model version, read from the registry with a short cache.
 
+With a model store (``KIP_MODEL_STORE``) the manifests come from the pipeline's own
+cache, staged in the background (models/staging.py): a version not staged yet ends
+``MODEL_UNAVAILABLE`` at once and the pipeline never waits on the store.
+
 A version is routed to only once its manifest verifies (``ModelTrust``: a trusted
 signature, where the deployment requires one); a refusal is ``MODEL_UNVERIFIED``,
 counted, and asked again next time (a signature may be added meanwhile)."""
@@ -11,6 +15,9 @@ import time
 from kip.models.manifest import Manifest
 from kip.models.registry import Registry
 from kip.models.signing import ModelTrust, signatures
+from kip.models.staging import Stager, serving_stager
+from kip.models.signing import configured_trust
+from kip.runtime.settings import KipSettings
 from kip.schemas.releases import Releases
 from kip.runtime import metrics
 from kip.schemas.errors import ModelNotFound, ModelUnverified
@@ -22,8 +29,10 @@ class Router:
     topic), else through ``aliases.json``, which it re-reads every ``refresh_s``."""
 
     def __init__(self, registry: Registry, refresh_s: float = 2.0,
-                 trust: ModelTrust = ModelTrust(), releases: Releases | None = None) -> None:
-        self.registry = registry
+                 trust: ModelTrust = ModelTrust(), releases: Releases | None = None,
+                 stager: Stager | None = None) -> None:
+        self.registry = registry   # aliases.json; and the versions, where no stager
+        self.stager = stager or Stager(registry, trust=trust)
         self.refresh_s = refresh_s
         self.trust = trust
         self.releases = releases or Releases()
@@ -60,7 +69,7 @@ class Router:
         return route, manifest
 
     def _verified(self, target: str) -> Manifest:
-        mv = self.registry.get(*target.split("@", 1))
+        mv = self.stager.available(*target.split("@", 1))
         try:
             self.trust.signer(mv.manifest, signatures(mv.path))
         except ModelUnverified as err:
@@ -79,7 +88,7 @@ class Router:
             return "unknown"
         cached = self._manifests.get(target)   # verified; else the registry's word
         try:
-            return (cached or self.registry.get(*target.split("@", 1)).manifest).name
+            return (cached or self.stager.cache.get(*target.split("@", 1)).manifest).name
         except ModelNotFound:
             return "unknown"
 
@@ -88,3 +97,20 @@ class Router:
         if now - self._read_at > self.refresh_s:
             self._aliases, self._read_at = self.registry.aliases(), now
         return self._aliases.get(alias)
+
+    def released(self) -> set[str]:
+        """Every ``name@version`` a latest release routes to: what the cache keeps."""
+        return {route.version for release in self.releases.latest.values()
+                for route in release.routes}
+
+
+def serving_router(settings: KipSettings, releases: Releases) -> Router:
+    """A pipeline's router: versions from its registry folder, or, with a model store,
+    manifests staged from the store into ``$KIP_HOME/manifests`` (never a worker's cache:
+    a version there has no model files)."""
+    registry, trust = Registry(settings.registry_dir), configured_trust(settings)
+    router = Router(registry, trust=trust, releases=releases)
+    if settings.model_store:
+        router.stager = serving_stager(settings, Registry(settings.home / "manifests"), trust,
+                                       files=False, keep=releases.targets)
+    return router

@@ -44,6 +44,13 @@ class KipSettings(BaseSettings):
         None, description="the authoritative model store (models/store.py): file://, "
         "s3://, gs:// or https:// URL; s3:// reads its endpoint and keys from the AWS_* "
         "variables, as every S3 client does")
+    model_cache_bytes: int = Field(
+        0, ge=0, description="bound on the versions a host keeps staged from the model "
+        "store; the oldest no release names are evicted first (0: no bound)")
+    model_store_timeout_s: float = Field(
+        2.0, gt=0, description="a serving process gives the model store this long to "
+        "connect, once, before a stage fails MODEL_UNAVAILABLE (the CLI retries as its "
+        "backend does)")
     metrics_port: int = Field(0, description="Prometheus port; 0 = do not serve")
     metrics_host: str = Field("127.0.0.1", description="address /metrics listens on "
                               "(0.0.0.0: every interface, for a scraper on another host)")

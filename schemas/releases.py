@@ -93,3 +93,7 @@ class Releases:
         current = self.latest.get(release.alias)
         if current is None or release.revision > current.revision:
             self.latest[release.alias] = release
+
+    def targets(self) -> set[str]:
+        """Every ``name@version`` a latest release routes to."""
+        return {route.version for release in self.latest.values() for route in release.routes}

@@ -46,7 +46,7 @@ def cluster(tmp_path_factory) -> LocalCluster:
 
 
 # Every principal the secured tests use: kip's roles and a few tenants.
-SECURE_USERS = ["pipeline", "operator", "audit-reader", "worker-digits", "worker-minilm",
+SECURE_USERS = ["pipeline", "operator", "audit-reader", "scaling", "worker-digits", "worker-minilm",
                 "tenant-acme", "tenant-bob", "tenant-limited", "tenant-greedy",
                 "tenant-modest", "tenant-restart", "tenant-demo"]
 

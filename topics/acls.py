@@ -10,6 +10,7 @@ Principals (``User:<name>``: a SCRAM user, or the CN of an mTLS client certifica
 | a model's workers | ``worker-<model>`` | read that model's work topics in its groups, and releases; read and write its answered-ids topics; write results, audit, dead letters, telemetry; its transactional ids (``<prefix>.workers.<model>.*``) |
 | the operator | ``operator`` | read and write control and releases; read dead letters; replay them (write the request topics and the replay record, its transactional id ``<prefix>-operator*``) |
 | an audit reader | ``audit-reader`` | read audit and releases; describe kip's groups and the topics they read (the audit chains' heads) |
+| the scaling signal | ``scaling`` | read telemetry; describe the work topics and the workers' groups (their lag) |
 
 Creating topics and ACLs is the cluster administrator's (a super user), not a kip role's.
 Names with a ``.`` are refused in a plan: a prefixed grant such as ``<results>.acme.``
@@ -72,11 +73,13 @@ def worker_principal(model: str) -> str:
 
 
 PIPELINE, OPERATOR, AUDIT_READER = "User:pipeline", "User:operator", "User:audit-reader"
+SCALING = "User:scaling"
+KIP_ROLES = (PIPELINE, OPERATOR, AUDIT_READER, SCALING)
 
 
 def is_kip_principal(principal: str) -> bool:
     """Whether ``principal`` names one of kip's roles (whose grants a plan decides)."""
-    return (principal in (PIPELINE, OPERATOR, AUDIT_READER)
+    return (principal in KIP_ROLES
             or principal.startswith(("User:tenant-", "User:worker-")))
 
 
@@ -84,7 +87,7 @@ def plan(names: TopicNames, models: Iterable[str],
          tenants: Mapping[str, Iterable[Priority]]) -> set[Acl]:
     """Every ACL kip's roles need, and no other. ``tenants``: each tenant's classes."""
     _refuse_dotted([*models, *tenants])
-    acls = _pipeline(names) | _operator(names) | _audit_reader(names)
+    acls = _pipeline(names) | _operator(names) | _audit_reader(names) | _scaling(names)
     for model in models:
         acls |= _worker(names, model)
     for tenant, classes in tenants.items():
@@ -175,4 +178,13 @@ def _audit_reader(names: TopicNames) -> set[Acl]:
         acls |= _grant(AUDIT_READER, GROUP, group, (D,), PREFIXED)
     for topic in (f"{names.prefix}.requests.", f"{names.prefix}.work."):
         acls |= _grant(AUDIT_READER, TOPIC, topic, (D,), PREFIXED)
+    return acls
+
+
+def _scaling(names: TopicNames) -> set[Acl]:
+    """Worker telemetry (capacity), and the work topics' end offsets against the workers'
+    committed ones (lag): describe, never read, what requests carry."""
+    acls = _grant(SCALING, TOPIC, names.telemetry, (R, D))
+    acls |= _grant(SCALING, GROUP, f"{names.prefix}.workers.", (D,), PREFIXED)
+    acls |= _grant(SCALING, TOPIC, f"{names.prefix}.work.", (D,), PREFIXED)
     return acls

@@ -176,7 +176,8 @@ def open_lane(settings: WorkerSettings, model: str, name: str, topics: list[str]
     consumer = settings.kafka.consumer(
         group_id=group, auto_offset_reset="earliest",
         session_timeout_ms=session_timeout_ms,
-        heartbeat_interval_ms=session_timeout_ms // 3,
+        heartbeat_interval_ms=min(settings.heartbeat_interval_ms, session_timeout_ms // 3),
+        group_instance_id=settings.group_instance_id,
         max_poll_interval_ms=settings.max_poll_interval_ms,
         fetch_max_bytes=4 * MAX_MESSAGE_BYTES,
         fetch_max_wait_ms=HOT_PATH_FETCH_MAX_WAIT_MS)

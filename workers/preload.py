@@ -1,7 +1,8 @@
 """Released versions loaded before their first request: a worker follows the releases
 topic (schemas/releases.py) and, for every release that routes to a version of the model
 it serves, loads, checks and warms that version up in its loader thread. A canary's
-first requests then find it ready instead of waiting for a cold load. A version that
+first requests then find it ready instead of waiting for a cold load (or, with a model
+store, for a stage). A version that
 cannot be loaded is only logged and counted here; its requests get the error.
 """
 
@@ -20,9 +21,9 @@ log = logging.getLogger("kip.worker")
 
 
 async def preload(kafka: KafkaConnection, names: TopicNames, model: str,
-                  sessions: Sessions) -> None:
-    """Until cancelled: load each released version of ``model`` as its release arrives."""
-    releases = Releases()
+                  sessions: Sessions, releases: Releases) -> None:
+    """Until cancelled: stage and load each released version of ``model`` as its release
+    arrives; ``releases`` holds the latest of each (the model cache keeps what they name)."""
     async for record in records_since(kafka, names.releases, 0, follow=True,
                                       what="releases topic"):
         try:
@@ -30,14 +31,14 @@ async def preload(kafka: KafkaConnection, names: TopicNames, model: str,
         except ValueError as err:
             log.warning("a release record that does not decode: %s", err)
             continue
-        for version in _versions_of(releases, model):
+        for version in versions_of(releases, model):
             try:
-                await sessions.get(model, version)
+                await sessions.prepare(model, version)
             except KipError as err:
                 log.warning("released %s@%s not loaded ahead: %s", model, version, err.message)
 
 
-def _versions_of(releases: Releases, model: str) -> list[str]:
+def versions_of(releases: Releases, model: str) -> list[str]:
     """The versions of ``model`` the latest releases route to."""
     return [route.version.partition("@")[2] for release in releases.latest.values()
             for route in release.routes if route.version.partition("@")[0] == model]

@@ -1,5 +1,8 @@
 """The model versions one worker has loaded, by ``name@version``.
 
+- **Staging**: with a model store, a version this host's cache lacks is staged in the
+  background (models/staging.py); until it is there its requests end MODEL_UNAVAILABLE
+  at once, and the versions already loaded go on serving whatever the store does.
 - **Loading**: once per version, in a loader thread of its own (never a lane's: an
   interactive batch never waits behind another version's load), from the bytes
   ``Registry.load`` checked (files against the manifest, the manifest's signature), and
@@ -27,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kip.models.registry import Registry
 from kip.models.signing import ModelTrust
+from kip.models.staging import Stager
 from kip.runtime import allocator, metrics
 from kip.schemas.errors import KipError, ModelUnavailable, ModelUnverified
 from kip.workers.session import ModelSession
@@ -39,8 +43,10 @@ REFUSAL_RETRY_S = 60.0
 class Sessions:
     def __init__(self, registry: Registry, device: str = "auto", intra_op_threads: int = 0,
                  assume_gpu: bool = False, spinning: bool = False,
-                 trust: ModelTrust = ModelTrust(), budget_bytes: int = 0) -> None:
+                 trust: ModelTrust = ModelTrust(), budget_bytes: int = 0,
+                 stager: Stager | None = None) -> None:
         self.registry = registry
+        self.stager = stager or Stager(registry, trust=trust)
         self.loader = ThreadPoolExecutor(1, thread_name_prefix="kip-load")
         self.trust = trust
         self.budget_bytes = budget_bytes
@@ -62,6 +68,7 @@ class Sessions:
         refused = self.refused.get(key)
         if refused is not None and time.monotonic() - refused[1] < REFUSAL_RETRY_S:
             raise refused[0]
+        self.stager.available(name, version)   # not on this host: being staged, ask again
         async with self._loading:   # both lanes may ask for a new version at once
             if key not in self.loaded:
                 try:
@@ -72,6 +79,11 @@ class Sessions:
                     raise
                 self.refused.pop(key, None)
         return self.loaded[key]
+
+    async def prepare(self, name: str, version: str) -> ModelSession:
+        """``get``, once the version is staged (waiting for its stage): a release names it."""
+        await self.stager.staged(name, version)
+        return await self.get(name, version)
 
     def _check_budget(self, name: str, version: str) -> None:
         if not self.budget_bytes:
@@ -121,6 +133,7 @@ class Sessions:
 
     def close(self) -> None:
         self.loader.shutdown(wait=True)
+        self.stager.close()
 
     @property
     def max_batch(self) -> int:

@@ -29,6 +29,16 @@ class WorkerSettings(KipSettings):
     interactive_session_timeout_ms: int = Field(
         6_000, description="the interactive lane's: how long a worker host cut off keeps "
         "its interactive partitions from the others (the broker's least by default)")
+    heartbeat_interval_ms: int = Field(
+        500, gt=0, description="how often each lane's consumer heartbeats: how soon a "
+        "member hears of a rebalance, so about the longest a join or leave stops the group")
+    group_instance_id: str | None = Field(
+        None, max_length=200, description="static group membership (KIP-345), one per "
+        "worker (a pod's name): a worker back within its session timeout takes its "
+        "partitions again with no rebalance; a stop leaves the groups at once")
+    drain_timeout_s: float = Field(
+        20.0, gt=0, description="on SIGTERM, how long the batches already pulled get to "
+        "finish and commit before the worker stops anyway (inside the termination grace)")
     max_poll_interval_ms: int = Field(
         300_000, description="longest one batch (inference and commit) may take before the "
         "group gives its partitions away; heartbeats flow meanwhile, inference runs in a thread")

@@ -19,9 +19,11 @@ import asyncio
 
 from aiokafka.structs import ConsumerRecord
 
+from kip.models.manifest import Manifest
 from kip.models.registry import Registry
+from kip.models.staging import Stager, serving_stager
 from kip.models.signing import configured_trust
-from kip.runtime import allocator, collector, metrics
+from kip.runtime import allocator, collector, metrics, probes
 from kip.schemas.codec import encode, headers, now_ms
 from kip.schemas.messages import PRIORITIES, Priority
 from kip.workers.answers import Answering, answer
@@ -30,6 +32,8 @@ from kip.workers.health import HEALTH
 from kip.workers.lane import Lane, open_lane
 from kip.workers.endings import ended, ran_inference
 from kip.workers.pace import Pace
+from kip.schemas.releases import Releases
+from kip.transport.membership import leave
 from kip.workers.preload import preload
 from kip.workers.priority import Prioritizer, backlog_by_class
 from kip.workers.sessions import Sessions
@@ -40,14 +44,16 @@ from kip.workers.telemetry import Throughput, report, worker_id
 class Worker:
     def __init__(self, settings: WorkerSettings) -> None:
         self.settings = settings
-        registry = Registry(settings.registry_dir)
-        self.served = registry.resolve(settings.model).manifest
+        registry, trust = Registry(settings.registry_dir), configured_trust(settings)
+        self.releases = Releases()
+        stager = serving_stager(settings, registry, trust, keep=self._cached_to_keep)
+        self.sessions = Sessions(registry, settings.device, settings.intra_op_threads,
+                                 settings.assume_gpu, settings.intra_op_spinning, trust,
+                                 settings.memory_budget_bytes, stager)
+        self.served = _served(settings.model, stager)
         self.model = self.served.name
         self.pace = Pace(settings.background_call_ms)
         HEALTH.window_s = settings.health_window_s
-        self.sessions = Sessions(registry, settings.device, settings.intra_op_threads,
-                                 settings.assume_gpu, settings.intra_op_spinning,
-                                 configured_trust(settings), settings.memory_budget_bytes)
         self.stamp_keys = settings.stamp_keys()
         self.sealing = settings.sealing()
         self.topic_class = {settings.names.work(self.model, p): p for p in PRIORITIES}
@@ -56,6 +62,7 @@ class Worker:
         self.lanes: list[Lane] = []
         self.producer = None   # telemetry only
         self._tasks: list[asyncio.Task] = []
+        self._draining = False
 
     async def start(self) -> None:
         if self._tasks:
@@ -79,10 +86,19 @@ class Worker:
                                 name=f"kip-worker-{self.model}-background"),
             asyncio.create_task(self._report(), name=f"kip-telemetry-{self.model}"),
             asyncio.create_task(preload(self.settings.kafka, self.settings.names, self.model,
-                                        self.sessions), name=f"kip-preload-{self.model}")]
+                                        self.sessions, self.releases),
+                                name=f"kip-preload-{self.model}")]
+
+    def _cached_to_keep(self) -> set[str]:
+        """The versions the model cache never evicts: loaded (the served one stays), or
+        named by a release."""
+        return set(self.sessions.loaded) | self.releases.targets()
 
     async def stop(self) -> None:
+        """Stop pulling; let the batches pulled finish and commit (``drain_timeout_s``);
+        close each lane and, as a static member, leave its group at once."""
         tasks, self._tasks = self._tasks, []
+        self._draining = True
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -91,6 +107,9 @@ class Worker:
                                               key=self.id.encode())
         for lane in self.lanes:
             await lane.close()
+            if self.settings.group_instance_id:
+                await leave(self.settings.kafka, lane.transactions.group_id,
+                            self.settings.group_instance_id)
         if self.producer is not None:
             await self.producer.stop()
         self.lanes, self.producer = [], None
@@ -132,7 +151,8 @@ class Worker:
                 batch = await next_batch(lane.consumer, pull, self._delay_ms(lane))
                 if not batch:
                     while answering:
-                        await answering.pop(0)
+                        await asyncio.shield(answering[0])
+                        answering.pop(0)
                     self.throughput.batch_done(lane.name, 0, 0, pull)
                     await lane.settle()   # surface a failed commit even when idle
                     continue
@@ -141,9 +161,12 @@ class Worker:
                     self._answer(batch, lane, pull, before, prioritizer)))
                 ahead = prioritizer is not None and len(batch) >= pull
                 while len(answering) > (1 if ahead else 0):
-                    await answering[0]   # raises what it raised
+                    # shielded: a stop lets it finish (below); raises what it raised
+                    await asyncio.shield(answering[0])
                     answering.pop(0)
         finally:
+            if self._draining and answering:   # finish and commit what was pulled
+                await asyncio.wait(answering, timeout=self.settings.drain_timeout_s)
             for task in answering:
                 task.cancel()
 
@@ -199,6 +222,7 @@ class Worker:
         refused; and versions unused for ``unload_after_s`` unloaded."""
         keep = {f"{self.model}@{self.served.version}"}
         while True:
+            probes.mark(self.settings.home, probes.ALIVE)
             self.sessions.unload_idle(self.settings.unload_after_s, keep)
             sessions = list(self.sessions.loaded.values())
             backlog: dict[Priority, int] = {}
@@ -212,10 +236,24 @@ class Worker:
             await asyncio.sleep(self.settings.telemetry_interval_s)
 
 
+def _served(model: str, stager: Stager) -> Manifest:
+    """The version a worker starts with: ``name@version`` is staged from the model store
+    where the cache lacks it (the worker has nothing to serve until then); an alias is
+    the cache's (aliases.json), as on one host."""
+    name, _, version = model.partition("@")
+    if version:
+        return stager.stage_now(name, version).manifest
+    return stager.cache.resolve(model).manifest
+
+
 async def run(settings: WorkerSettings) -> None:
     """Run one worker until cancelled (SIGINT/SIGTERM in ``kip worker``)."""
     metrics.serve(settings.metrics_port, settings.metrics_host)
     async with Worker(settings) as worker:
         collector.settle()   # once started: runtime/collector.py
         allocator.keep_freed()   # runtime/allocator.py
-        await worker.wait()
+        probes.mark(settings.home, probes.READY)
+        try:
+            await worker.wait()
+        finally:
+            probes.clear(settings.home, probes.READY)

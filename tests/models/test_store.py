@@ -13,26 +13,16 @@ import time
 import pytest
 
 from kip.devkit.broker import free_port
-from kip.devkit.s3_server import S3Server, S3Unavailable
 from kip.models.registry import Registry
 from kip.models.signing import ModelTrust, sign
-from kip.models.store import ModelStore
+from kip.devkit.s3_server import S3Server, S3Unavailable
+from kip.models.store import ModelStore, serving_options
 from kip.schemas.errors import ModelNotFound, ModelUnavailable, ModelUnverified
 from kip.schemas.result_signatures import ResultKeys, ResultSigningKey
 
 pytest.importorskip("s3fs")
 KEY = ResultSigningKey.generate("m1")
 TRUST = ModelTrust(ResultKeys(keys={"m1": KEY.public()}).verifier(), required=True)
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    try:
-        server = S3Server(tmp_path_factory.mktemp("s3") / "data").start()
-    except S3Unavailable as err:
-        pytest.skip(str(err))
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -111,8 +101,7 @@ def test_a_stopped_store_is_unavailable_at_once_and_the_cache_still_serves(
     except S3Unavailable as err:
         pytest.skip(str(err))
     store = ModelStore(f"s3://models/{prefix}", server.storage_options()
-                       | {"config_kwargs": {"connect_timeout": 1,
-                                            "retries": {"max_attempts": 1}}})
+                       | serving_options("s3://", 1.0))
     m = signed.manifest
     store.push(signed)
     cache = Registry(tmp_path / "cache")

@@ -110,3 +110,18 @@ def test_the_admin_client_sends_a_request_it_is_given():
     assert struct.API_KEY == 49 and struct.encode()
     describe = aiokafka_adapter.DescribeAclsRequest(1, None, 1, None, None, 1, 1)
     assert describe.API_KEY == 29
+
+
+def test_a_static_member_never_leaves_by_itself_and_the_admin_client_sends_to_a_node():
+    """transport/membership.py sends the leave aiokafka skips for a member with a
+    ``group_instance_id`` (test_membership.py checks it on the broker)."""
+    from aiokafka.consumer.group_coordinator import GroupCoordinator
+
+    assert "group_instance_id" in _parameters(AIOKafkaConsumer.__init__)
+    assert "self._group_instance_id is None" in inspect.getsource(
+        GroupCoordinator._maybe_leave_group)
+    assert _parameters(AIOKafkaAdminClient._send_request_to_node)[:3] == [
+        "self", "node_id", "request"]
+    struct = aiokafka_adapter.LeaveGroupV3Request("g", "worker-0").build(
+        aiokafka_adapter.LeaveGroupRequest_v3)
+    assert struct.API_VERSION == 3 and struct.encode()

@@ -1,0 +1,262 @@
+"""Scale out and in under load (``kip bench scale``): digits workers 1 -> 3 -> 1 while a
+steady load of about twice one worker's capacity runs, each worker a static member with
+a CPU limit of its own (devkit/scale_workers.py).
+
+It measures one worker's capacity first (a backlog drained by it alone), then sends
+standard requests at ``load`` times that and interactive ones at a steady trickle, and
+every ``phase_s``: a worker joins, another joins, one is killed and started again at
+once (inside its session timeout), one leaves with SIGTERM, another leaves. Then it
+stops sending and reads until every request is answered.
+
+Per event: how long each class's results stopped coming (the longest gap between two
+results the workers produced, from just before the event to the next; both groups stop
+in an eager rebalance), the interactive p99 of the requests sent in the 10 s after it,
+the backlog (sent and not answered) when it began, and for the restart the partitions
+any rebalance took from the other workers. Pass: 0 lost, 0 duplicated, each join or
+leave stops the groups at most ``--join-budget-s`` (3 s), a SIGTERM leave at most
+``--leave-budget-s`` (1 s), the restart revokes nothing, and the backlog built by one
+worker is gone before the first leave.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from kip.devkit import arguments
+from kip.devkit.faults_report import Tally
+from kip.devkit.own_stack import own_stack
+from kip.devkit.scale_workers import MODEL, Workers
+from kip.devkit.stack import dev_client
+from kip.runtime.settings import KipSettings
+from kip.schemas.messages import Priority
+from kip.schemas.result_signatures import ResultKeys
+
+EVENTS = (("join", "w2"), ("join", "w3"), ("restart", "w2"), ("leave", "w3"),
+          ("leave", "w2"))
+AFTER_S = 10.0   # the interactive p99 after an event covers this long
+DEADLINE_MS = 30 * 60_000
+
+
+@dataclass
+class Event:
+    kind: str
+    worker: str
+    at: float                 # wall clock, s
+    took_s: float = 0.0       # to serve (join, restart) or to exit (leave)
+    backlog: int = 0
+    revoked: float = 0.0      # restart: partitions rebalances took from the others
+    stops_s: dict[str, float] = field(default_factory=dict)   # class -> longest gap
+    interactive_p99_ms: float = float("nan")
+
+
+@dataclass
+class Sending:
+    sent_at: dict[str, float] = field(default_factory=dict)   # id -> wall clock, s
+    classes: dict[str, Priority] = field(default_factory=dict)
+    deliveries: list = field(default_factory=list)
+
+
+async def measure(args) -> dict:
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    env = {"KIP_INTRA_OP_THREADS": "1",
+           "KIP_INTERACTIVE_SESSION_TIMEOUT_MS": str(args.session_timeout_ms),
+           "KIP_SESSION_TIMEOUT_MS": str(args.session_timeout_ms)}
+    async with own_stack("scale", args.registry, env, log=_quiet) as stack:
+        stack.procs.append(stack.spawn(["pipeline"], log=_quiet))
+        workers = Workers(stack, args.worker_cpus)
+        try:
+            await workers.start("w1")
+            async with dev_client(stack) as client:
+                return await _measured(args, stack, workers, client)
+        finally:
+            workers.stop_all()
+
+
+async def _measured(args, stack, workers: Workers, client) -> dict:
+    tally = Tally(stack.kafka, stack.names, ResultKeys(keys=stack.result_keys()).verifier(),
+                  [client.tenant])
+    await tally.start()
+    reading = asyncio.create_task(_follow(tally))
+    try:
+        capacity = await _capacity(client, tally, args.capacity_requests)
+        rate = capacity * args.load
+        sending = Sending()
+        sender = asyncio.create_task(_send(client, sending, rate, args))
+        events = await _events(args, workers, tally, sending)
+        await sender
+        for delivery in sending.deliveries:
+            await delivery
+        lost = await _drain(tally, set(sending.classes), args.drain_timeout_s)
+    finally:
+        reading.cancel()
+        await asyncio.gather(reading, return_exceptions=True)
+        await tally.stop()
+    return _report(args, capacity, rate, sending, tally, events, lost)
+
+
+async def _follow(tally: Tally) -> None:
+    while True:
+        await tally.poll(0.2)
+
+
+async def _capacity(client, tally: Tally, count: int) -> float:
+    """Standard requests/s one worker answers: a backlog of ``count``, drained by it."""
+    ids = [f"cap-{i:06d}" for i in range(count)]
+    for request_id in ids:
+        await client.send(_request(client, request_id, Priority.STANDARD))
+    while sum(rid in tally.results for rid in ids) < count:
+        await asyncio.sleep(0.5)
+    produced = sorted(tally.results[rid][0].produced_at_ms for rid in ids)
+    lo, hi = produced[count // 10], produced[count * 9 // 10]
+    return (count * 8 // 10) / max((hi - lo) / 1000, 1e-3)
+
+
+def _request(client, request_id: str, priority: Priority):
+    pixels = np.full((1, 64), float(len(request_id) % 16), np.float32)
+    return client.request(MODEL, {"pixels": pixels}, priority=priority,
+                          request_id=request_id,
+                          deadline_ms=int(time.time() * 1000) + DEADLINE_MS)
+
+
+async def _send(client, sending: Sending, rate: float, args) -> None:
+    """Standard at ``rate``, interactive at ``args.interactive_rate``, for the events'
+    length and one phase after the last."""
+    duration = args.phase_s * (len(EVENTS) + 1)
+    total = rate + args.interactive_rate
+    every = max(1, round(total / args.interactive_rate))
+    began = time.monotonic()
+    for i in range(int(total * duration)):
+        priority = Priority.INTERACTIVE if i % every == 0 else Priority.STANDARD
+        request_id = f"s-{i:07d}"
+        sending.sent_at[request_id] = time.time()
+        sending.classes[request_id] = priority
+        sending.deliveries.append(await client.send(_request(client, request_id, priority)))
+        await asyncio.sleep(max(0.0, began + (i + 1) / total - time.monotonic()))
+
+
+async def _events(args, workers: Workers, tally: Tally, sending: Sending) -> list[Event]:
+    began, events = time.monotonic(), []
+    for n, (kind, name) in enumerate(EVENTS, 1):
+        await asyncio.sleep(max(0.0, began + n * args.phase_s - time.monotonic()))
+        event = Event(kind, name, time.time(),
+                      backlog=len(set(sending.classes) - tally.results.keys()))
+        revoked = workers.revoked(but=name)
+        if kind == "join":
+            event.took_s = await workers.start(name)
+        elif kind == "leave":
+            event.took_s = await workers.terminate(name)
+        else:
+            event.took_s = await workers.kill_and_restart(name)
+            await asyncio.sleep(min(args.phase_s / 2, 8))   # a rebalance would show now
+            event.revoked = workers.revoked(but=name) - revoked
+        events.append(event)
+    return events
+
+
+async def _drain(tally: Tally, expected: set[str], timeout_s: float) -> int:
+    last_change, seen = time.monotonic(), -1
+    while time.monotonic() - last_change < timeout_s:
+        answered = len(expected & tally.results.keys())
+        if answered == len(expected):
+            await asyncio.sleep(3)   # a little longer: duplicates would show up now
+            return 0
+        if answered != seen:
+            last_change, seen = time.monotonic(), answered
+        await asyncio.sleep(1)
+    return len(expected) - seen
+
+
+def _report(args, capacity, rate, sending: Sending, tally: Tally, events: list[Event],
+            lost: int) -> dict:
+    produced = {p: sorted(tally.results[rid][0].produced_at_ms / 1000
+                          for rid, c in sending.classes.items()
+                          if c == p and rid in tally.results)
+                for p in (Priority.INTERACTIVE, Priority.STANDARD)}
+    ends = [e.at for e in events[1:]] + [events[-1].at + args.phase_s]
+    for event, end in zip(events, ends):
+        for priority, times in produced.items():
+            event.stops_s[priority.value] = _longest_gap(times, event.at - 0.5, end)
+        event.interactive_p99_ms = _p99_after(sending, tally, event.at)
+    duplicated = sum(len(tally.results[rid]) > 1 for rid in sending.classes
+                     if rid in tally.results)
+    return _verdict(args, {"capacity_per_s": capacity, "rate_per_s": rate,
+                           "sent": len(sending.classes), "lost": lost,
+                           "duplicated": duplicated, "events": events})
+
+
+def _longest_gap(times: list[float], start: float, end: float) -> float:
+    within = [t for t in times if start <= t < end]
+    return max((b - a for a, b in zip(within, within[1:])), default=float("nan"))
+
+
+def _p99_after(sending: Sending, tally: Tally, at: float) -> float:
+    waits = [tally.results[rid][0].produced_at_ms - sending.sent_at[rid] * 1000
+             for rid, c in sending.classes.items()
+             if c == Priority.INTERACTIVE and at <= sending.sent_at[rid] < at + AFTER_S
+             and rid in tally.results]
+    return float(np.percentile(waits, 99)) if waits else float("nan")
+
+
+def _verdict(args, report: dict) -> dict:
+    events, problems = report["events"], []
+    if report["lost"] or report["duplicated"]:
+        problems.append(f"{report['lost']} lost, {report['duplicated']} duplicated")
+    for e in events:
+        worst = max(e.stops_s.values())
+        budget = args.leave_budget_s if e.kind == "leave" else args.join_budget_s
+        if e.kind != "restart" and not worst <= budget:
+            problems.append(f"{e.kind} {e.worker} stopped the groups {worst:.2f} s")
+        if e.kind == "restart" and e.revoked:
+            problems.append(f"the restart of {e.worker} revoked {e.revoked:.0f} partitions")
+    first_leave = next(e for e in events if e.kind == "leave")
+    if first_leave.backlog > report["rate_per_s"]:
+        problems.append(f"{first_leave.backlog} requests still waited at the first leave")
+    report["problems"], report["passed"] = problems, not problems
+    return report
+
+
+def render(report: dict) -> str:
+    lines = [f"one worker: {report['capacity_per_s']:.0f} standard requests/s; load "
+             f"{report['rate_per_s']:.0f}/s; sent {report['sent']}, lost {report['lost']}, "
+             f"duplicated {report['duplicated']}",
+             f"{'event':16} {'took s':>7} {'backlog':>8} {'interactive stop s':>19} "
+             f"{'standard stop s':>16} {'int. p99 ms':>12} {'revoked':>8}"]
+    for e in report["events"]:
+        lines.append(f"{e.kind + ' ' + e.worker:16} {e.took_s:7.2f} {e.backlog:8d} "
+                     f"{e.stops_s['interactive']:19.2f} {e.stops_s['standard']:16.2f} "
+                     f"{e.interactive_p99_ms:12.0f} {e.revoked:8.0f}")
+    lines.append("PASS" if report["passed"] else "FAIL: " + "; ".join(report["problems"]))
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--worker-cpus", type=arguments.above_zero, default=0.15,
+                   help="each worker's CPU limit, in cores (a cgroup quota; needs root)")
+    p.add_argument("--load", type=arguments.above_zero, default=2.0,
+                   help="standard load, in multiples of one worker's capacity")
+    p.add_argument("--interactive-rate", type=arguments.above_zero, default=20.0)
+    p.add_argument("--phase-s", type=arguments.above_zero, default=20.0,
+                   help="seconds between events")
+    p.add_argument("--capacity-requests", type=arguments.count, default=4000)
+    p.add_argument("--session-timeout-ms", type=arguments.count, default=10_000)
+    p.add_argument("--join-budget-s", type=arguments.above_zero, default=3.0)
+    p.add_argument("--leave-budget-s", type=arguments.above_zero, default=1.0)
+    p.add_argument("--drain-timeout-s", type=arguments.above_zero, default=60.0)
+    p.add_argument("--registry", type=Path, default=KipSettings().registry_dir)
+
+
+def run(args) -> int:
+    report = asyncio.run(measure(args))
+    print(render(report))
+    return 0 if report["passed"] else 1
+
+
+def _quiet(*_args) -> None:
+    pass
