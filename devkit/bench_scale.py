@@ -8,14 +8,16 @@ every ``phase_s``: a worker joins, another joins, one is killed and started agai
 once (inside its session timeout), one leaves with SIGTERM, another leaves. Then it
 stops sending and reads until every request is answered.
 
-Per event: how long each class's results stopped coming (the longest gap between two
-results the workers produced, from just before the event to the next; both groups stop
-in an eager rebalance), the interactive p99 of the requests sent in the 10 s after it,
-the backlog (sent and not answered) when it began, and for the restart the partitions
-any rebalance took from the other workers. Pass: 0 lost, 0 duplicated, each join or
-leave stops the groups at most ``--join-budget-s`` (3 s), a SIGTERM leave at most
-``--leave-budget-s`` (1 s), the restart revokes nothing, and the backlog built by one
-worker is gone before the first leave.
+Per event: how long the groups stopped consuming (the longest rebalance pause of any
+member, revocation to assignment, from the workers' ``kip_rebalance_pause_seconds``),
+how long the partitions that moved waited on top of it to be taken over
+(``kip_partitions_takeover_seconds``: producers built, answered ids read back), the
+longest gap between two results of each class, the interactive p99 of the requests sent
+in the 10 s after it, the backlog (sent and not answered) when it began, and for the
+restart the partitions any rebalance took from the other workers. Pass: 0 lost, 0
+duplicated, each join stops the groups at most ``--join-budget-s`` (3 s), a SIGTERM
+leave at most ``--leave-budget-s`` (1 s), the restart revokes nothing, and the backlog
+built by one worker is gone before the first leave.
 """
 
 from __future__ import annotations
@@ -23,20 +25,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import shutil
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from kip.devkit import arguments
-from kip.devkit.faults_report import Tally
+from kip.devkit.faults_report import leftover_records
+from kip.devkit.result_log import ResultLog
 from kip.devkit.own_stack import own_stack
-from kip.devkit.scale_workers import MODEL, Workers
+from kip.devkit.scale_workers import MODEL, REBALANCE_HISTOGRAMS, Workers
 from kip.devkit.stack import dev_client
 from kip.runtime.settings import KipSettings
 from kip.schemas.messages import Priority
-from kip.schemas.result_signatures import ResultKeys
 
 EVENTS = (("join", "w2"), ("join", "w3"), ("restart", "w2"), ("leave", "w3"),
           ("leave", "w2"))
@@ -53,6 +57,10 @@ class Event:
     backlog: int = 0
     revoked: float = 0.0      # restart: partitions rebalances took from the others
     stops_s: dict[str, float] = field(default_factory=dict)   # class -> longest gap
+    pause_s: float = float("nan")      # the longest rebalance pause of any member
+    takeover_s: float = float("nan")   # the longest wait of partitions that moved
+    rebalances: list = field(default_factory=list)   # Workers.rebalances, before and after
+    waiting: dict[str, int] = field(default_factory=dict)   # records past each group's offset
     interactive_p99_ms: float = float("nan")
 
 
@@ -77,11 +85,13 @@ async def measure(args) -> dict:
                 return await _measured(args, stack, workers, client)
         finally:
             workers.stop_all()
+            if args.keep_logs:
+                _keep_logs(stack.home, args.keep_logs)
 
 
 async def _measured(args, stack, workers: Workers, client) -> dict:
-    tally = Tally(stack.kafka, stack.names, ResultKeys(keys=stack.result_keys()).verifier(),
-                  [client.tenant])
+    tally = ResultLog(stack.kafka, [stack.names.results,
+                                    stack.names.reply_topic(client.tenant)])
     await tally.start()
     reading = asyncio.create_task(_follow(tally))
     try:
@@ -94,19 +104,28 @@ async def _measured(args, stack, workers: Workers, client) -> dict:
         for delivery in sending.deliveries:
             await delivery
         lost = await _drain(tally, set(sending.classes), args.drain_timeout_s)
+        stalled = await leftover_records(stack.kafka, stack.names, [MODEL])
     finally:
         reading.cancel()
         await asyncio.gather(reading, return_exceptions=True)
         await tally.stop()
-    return _report(args, capacity, rate, sending, tally, events, lost)
+    report = _report(args, capacity, rate, sending, tally, events, lost)
+    report["stalled"] = {g: n for g, n in stalled.items() if n}
+    return report
 
 
-async def _follow(tally: Tally) -> None:
+def _keep_logs(home: Path, into: Path) -> None:
+    into.mkdir(parents=True, exist_ok=True)
+    for log in home.glob("*.log"):
+        shutil.copy(log, into / log.name)
+
+
+async def _follow(tally: ResultLog) -> None:
     while True:
         await tally.poll(0.2)
 
 
-async def _capacity(client, tally: Tally, count: int) -> float:
+async def _capacity(client, tally: ResultLog, count: int) -> float:
     """Standard requests/s one worker answers: a backlog of ``count``, drained by it."""
     ids = [f"cap-{i:06d}" for i in range(count)]
     for request_id in ids:
@@ -141,12 +160,18 @@ async def _send(client, sending: Sending, rate: float, args) -> None:
         await asyncio.sleep(max(0.0, began + (i + 1) / total - time.monotonic()))
 
 
-async def _events(args, workers: Workers, tally: Tally, sending: Sending) -> list[Event]:
+async def _events(args, workers: Workers, tally: ResultLog, sending: Sending) -> list[Event]:
     began, events = time.monotonic(), []
     for n, (kind, name) in enumerate(EVENTS, 1):
         await asyncio.sleep(max(0.0, began + n * args.phase_s - time.monotonic()))
+        before = workers.rebalances()
+        if events:
+            events[-1].rebalances.append(before)
         event = Event(kind, name, time.time(),
-                      backlog=len(set(sending.classes) - tally.results.keys()))
+                      backlog=len(set(sending.classes) - tally.results.keys()),
+                      rebalances=[before])
+        lags = await leftover_records(workers.stack.kafka, workers.stack.names, [MODEL])
+        event.waiting = {_lane_of(group): n for group, n in lags.items()}
         revoked = workers.revoked(but=name)
         if kind == "join":
             event.took_s = await workers.start(name)
@@ -157,10 +182,33 @@ async def _events(args, workers: Workers, tally: Tally, sending: Sending) -> lis
             await asyncio.sleep(min(args.phase_s / 2, 8))   # a rebalance would show now
             event.revoked = workers.revoked(but=name) - revoked
         events.append(event)
+    await asyncio.sleep(args.phase_s)
+    events[-1].rebalances.append(workers.rebalances())
+    for event in events:
+        event.pause_s, event.takeover_s = (_longest(*event.rebalances, name) for name in
+                                           REBALANCE_HISTOGRAMS)
     return events
 
 
-async def _drain(tally: Tally, expected: set[str], timeout_s: float) -> int:
+def _lane_of(group: str) -> str:
+    if ".workers." not in group:
+        return "pipeline"
+    return "interactive" if group.endswith(".interactive") else "standard+batch"
+
+
+def _longest(before: dict, after: dict, name: str) -> float:
+    """The longest mean of ``name`` over a worker's and group's observations between the
+    two snapshots (one rebalance each, as a rule)."""
+    means = []
+    for worker, series in after.items():
+        for key, (total, count) in series.items():
+            was = before.get(worker, {}).get(key, (0.0, 0.0))
+            if key.startswith(name) and count > was[1]:
+                means.append((total - was[0]) / (count - was[1]))
+    return max(means, default=0.0)
+
+
+async def _drain(tally: ResultLog, expected: set[str], timeout_s: float) -> int:
     last_change, seen = time.monotonic(), -1
     while time.monotonic() - last_change < timeout_s:
         answered = len(expected & tally.results.keys())
@@ -173,7 +221,7 @@ async def _drain(tally: Tally, expected: set[str], timeout_s: float) -> int:
     return len(expected) - seen
 
 
-def _report(args, capacity, rate, sending: Sending, tally: Tally, events: list[Event],
+def _report(args, capacity, rate, sending: Sending, tally: ResultLog, events: list[Event],
             lost: int) -> dict:
     produced = {p: sorted(tally.results[rid][0].produced_at_ms / 1000
                           for rid, c in sending.classes.items()
@@ -186,9 +234,12 @@ def _report(args, capacity, rate, sending: Sending, tally: Tally, events: list[E
         event.interactive_p99_ms = _p99_after(sending, tally, event.at)
     duplicated = sum(len(tally.results[rid]) > 1 for rid in sending.classes
                      if rid in tally.results)
+    unanswered = Counter(c.value for rid, c in sending.classes.items()
+                         if rid not in tally.results)
     return _verdict(args, {"capacity_per_s": capacity, "rate_per_s": rate,
                            "sent": len(sending.classes), "lost": lost,
-                           "duplicated": duplicated, "events": events})
+                           "duplicated": duplicated, "unanswered": dict(unanswered),
+                           "events": events})
 
 
 def _longest_gap(times: list[float], start: float, end: float) -> float:
@@ -196,7 +247,7 @@ def _longest_gap(times: list[float], start: float, end: float) -> float:
     return max((b - a for a, b in zip(within, within[1:])), default=float("nan"))
 
 
-def _p99_after(sending: Sending, tally: Tally, at: float) -> float:
+def _p99_after(sending: Sending, tally: ResultLog, at: float) -> float:
     waits = [tally.results[rid][0].produced_at_ms - sending.sent_at[rid] * 1000
              for rid, c in sending.classes.items()
              if c == Priority.INTERACTIVE and at <= sending.sent_at[rid] < at + AFTER_S
@@ -207,12 +258,12 @@ def _p99_after(sending: Sending, tally: Tally, at: float) -> float:
 def _verdict(args, report: dict) -> dict:
     events, problems = report["events"], []
     if report["lost"] or report["duplicated"]:
-        problems.append(f"{report['lost']} lost, {report['duplicated']} duplicated")
+        problems.append(f"{report['lost']} lost ({report['unanswered']}), "
+                        f"{report['duplicated']} duplicated")
     for e in events:
-        worst = max(e.stops_s.values())
         budget = args.leave_budget_s if e.kind == "leave" else args.join_budget_s
-        if e.kind != "restart" and not worst <= budget:
-            problems.append(f"{e.kind} {e.worker} stopped the groups {worst:.2f} s")
+        if e.kind != "restart" and not e.pause_s <= budget:
+            problems.append(f"{e.kind} {e.worker} stopped the groups {e.pause_s:.2f} s")
         if e.kind == "restart" and e.revoked:
             problems.append(f"the restart of {e.worker} revoked {e.revoked:.0f} partitions")
     first_leave = next(e for e in events if e.kind == "leave")
@@ -225,13 +276,18 @@ def _verdict(args, report: dict) -> dict:
 def render(report: dict) -> str:
     lines = [f"one worker: {report['capacity_per_s']:.0f} standard requests/s; load "
              f"{report['rate_per_s']:.0f}/s; sent {report['sent']}, lost {report['lost']}, "
-             f"duplicated {report['duplicated']}",
-             f"{'event':16} {'took s':>7} {'backlog':>8} {'interactive stop s':>19} "
-             f"{'standard stop s':>16} {'int. p99 ms':>12} {'revoked':>8}"]
+             f"duplicated {report['duplicated']}; records past a group's committed offset: "
+             f"{report['stalled'] or 'none'}",
+             f"{'event':12} {'took s':>6} {'backlog':>7} {'group stop s':>12} "
+             f"{'moved wait s':>12} {'results gap s (int./std.)':>25} {'int. p99 ms':>11} "
+             f"{'revoked':>7}"]
     for e in report["events"]:
-        lines.append(f"{e.kind + ' ' + e.worker:16} {e.took_s:7.2f} {e.backlog:8d} "
-                     f"{e.stops_s['interactive']:19.2f} {e.stops_s['standard']:16.2f} "
-                     f"{e.interactive_p99_ms:12.0f} {e.revoked:8.0f}")
+        gaps = f"{e.stops_s['interactive']:.2f} / {e.stops_s['standard']:.2f}"
+        lines.append(f"{e.kind + ' ' + e.worker:12} {e.took_s:6.2f} {e.backlog:7d} "
+                     f"{e.pause_s:12.2f} {e.takeover_s:12.2f} {gaps:>25} "
+                     f"{e.interactive_p99_ms:11.0f} {e.revoked:7.0f}")
+    lines.append("records waiting per group when each event began: " + "; ".join(
+        f"{e.kind} {e.worker} {e.waiting}" for e in report["events"]))
     lines.append("PASS" if report["passed"] else "FAIL: " + "; ".join(report["problems"]))
     return "\n".join(lines)
 
@@ -250,6 +306,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--leave-budget-s", type=arguments.above_zero, default=1.0)
     p.add_argument("--drain-timeout-s", type=arguments.above_zero, default=60.0)
     p.add_argument("--registry", type=Path, default=KipSettings().registry_dir)
+    p.add_argument("--keep-logs", type=Path, help="copy the processes' logs here")
 
 
 def run(args) -> int:

@@ -1,7 +1,9 @@
-"""A CPU limit per process, as a Kubernetes pod's ``limits.cpu`` sets one: a CFS quota in
-a cgroup of its own (cgroup v2's ``cpu.max``, or v1's ``cpu.cfs_quota_us``). The scale
-benchmark gives each worker one, so that on a machine of two cores a worker has a
-capacity of its own and three workers have about three times it."""
+"""A CPU limit per process, as a Kubernetes pod with equal CPU request and limit has one
+(Guaranteed QoS): a CFS quota in a cgroup of its own (cgroup v2's ``cpu.max``, v1's
+``cpu.cfs_quota_us``), and a high weight (``cpu.weight``, ``cpu.shares``), so it gets its
+quota however busy the rest of the machine is. The scale benchmark gives each worker
+one, so that on a machine of two cores a worker has a capacity of its own and three
+workers about three times it."""
 
 from __future__ import annotations
 
@@ -23,11 +25,13 @@ def limit(pid: int, cpus: float, name: str) -> Path:
         group = ROOT / name
         _make(group)
         (group / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+        (group / "cpu.weight").write_text("10000")
     else:
         group = ROOT / "cpu" / name
         _make(group)
         (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
         (group / "cpu.cfs_quota_us").write_text(str(quota))
+        (group / "cpu.shares").write_text(str(1 << 18))
     (group / "cgroup.procs").write_text(str(pid))
     return group
 

@@ -22,6 +22,7 @@ from kip.devkit.cpu_limit import limit, release
 from kip.devkit.stack import DevStack
 
 MODEL = "digits"
+REBALANCE_HISTOGRAMS = ("kip_rebalance_pause_seconds", "kip_partitions_takeover_seconds")
 
 
 @dataclass
@@ -78,6 +79,12 @@ class Workers:
         return sum(_metric(w.port, "kip_partitions_revoked_total")
                    for n, w in self.running.items() if n != but)
 
+    def rebalances(self) -> dict[str, dict[str, tuple[float, float]]]:
+        """Per running worker, the sum and count of each rebalance histogram per group
+        (``kip_rebalance_pause_seconds``, ``kip_partitions_takeover_seconds``)."""
+        return {name: _histograms(w.port, REBALANCE_HISTOGRAMS)
+                for name, w in self.running.items()}
+
     def stop_all(self) -> None:
         for worker in list(self.running.values()):
             worker.proc.send_signal(signal.SIGTERM)
@@ -102,3 +109,21 @@ def _metric(port: int, prefix: str) -> float:
     except OSError:
         return 0.0
     return sum(float(line.split()[-1]) for line in lines if line.startswith(prefix))
+
+
+def _histograms(port: int, names: tuple[str, ...]) -> dict[str, tuple[float, float]]:
+    """``{"<name>{<labels>}": (sum, count)}`` of the histograms ``names`` at ``port``."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            lines = r.read().decode().splitlines()
+    except OSError:
+        return {}
+    found: dict[str, list[float]] = {}
+    for line in lines:
+        series, _, value = line.rpartition(" ")
+        for name in names:
+            for n, suffix in enumerate(("_sum{", "_count{")):
+                if series.startswith(name + suffix):
+                    key = name + series[len(name + suffix) - 1:]
+                    found.setdefault(key, [0.0, 0.0])[n] = float(value)
+    return {key: (v[0], v[1]) for key, v in found.items()}

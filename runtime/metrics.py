@@ -29,6 +29,15 @@ PARTITIONS_REVOKED = Counter(
     "kip_partitions_revoked", "Partitions a consumer-group rebalance took from this "
     "process (a steady rise: members time out, e.g. starved heartbeats)", ["group"])
 
+REBALANCE_PAUSE = Histogram(
+    "kip_rebalance_pause_seconds", "From a revocation to the assignment after it: how long "
+    "this member of the group fetched nothing (every member pauses in an eager "
+    "rebalance)", ["group"], buckets=_LATENCY_BUCKETS_S)
+TAKEOVER = Histogram(
+    "kip_partitions_takeover_seconds", "From an assignment to the partitions it moved "
+    "here being fetched from: their producers built, their answered ids read back",
+    ["group"], buckets=_LATENCY_BUCKETS_S)
+
 MODELS_LOADED = Gauge(
     "kip_models_loaded", "Model versions this worker has loaded, with the execution "
     "provider ONNX Runtime really gave them", ["model", "version", "provider"])

@@ -34,6 +34,10 @@ What it relies on, as of aiokafka 0.14, and why each is worth it:
   AdminClient has the ACL calls but no client quotas, so it would add a second Kafka
   client (librdkafka, its own TLS, SCRAM and OAUTHBEARER settings) to every operator's
   host and still leave quotas here (docs/architecture.md).
+- **A partition assignor of kip's own.** aiokafka calls an assignor's class methods and
+  takes ``AbstractPartitionAssignor`` and the member metadata and assignment structs
+  from ``aiokafka.coordinator``; ``sticky_per_topic`` wraps transport/assignment.py in
+  them, a subclass per consumer because its state (what the member owns) is the class's.
 - **A static member's leave.** aiokafka joins with ``group_instance_id`` (KIP-345) but
   never sends LeaveGroup for such a member, and its LeaveGroup struct stops at v1,
   which cannot name one. kip sends LeaveGroup v3 (defined here) through
@@ -52,6 +56,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.client import CoordinationType
 from aiokafka.consumer import fetcher as aiokafka_fetcher
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+from aiokafka.coordinator.protocol import (ConsumerProtocolMemberAssignment,
+                                           ConsumerProtocolMemberMetadata)
 from aiokafka.errors import KafkaError, for_code
 from aiokafka.producer.sender import AddOffsetsToTxnHandler
 from aiokafka.protocol.admin import (CreateAclsRequest, DeleteAclsRequest,  # noqa: F401
@@ -60,6 +68,8 @@ from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Boolean, Float64, Int16, Int32, Schema, String
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.record.util import calc_crc32c, encode_varint  # noqa: F401
+
+from kip.transport.assignment import assign as assign_partitions, decode_owned, encode_owned
 
 # How often a step looks whether the sender has had its AddPartitionsToTxn answered
 # (aiokafka keeps no future for it); a step waits a round trip.
@@ -260,6 +270,45 @@ async def alter_client_quotas(admin: AIOKafkaAdminClient, entries: list) -> None
     for code, message, entity in response.entries:
         if code:
             raise for_code(code)(f"AlterClientQuotas for {entity}: {message}")
+
+
+def sticky_per_topic(consumer_name: str) -> tuple[type, type]:
+    """A consumer's assignment strategies: kip's sticky, per-topic balanced assignor
+    (a class of its own), and round robin (aiokafka's default) while a member that
+    knows no other is still in the group."""
+    own = type(f"StickyPerTopic_{consumer_name}", (_StickyPerTopic,), {})
+    return own, RoundRobinPartitionAssignor
+
+
+class _StickyPerTopic(AbstractPartitionAssignor):
+    name = "kip-sticky-per-topic"
+    version = 0
+    owned: dict[str, list[int]] | None = None   # per subclass: set by on_assignment
+
+    @classmethod
+    def assign(cls, cluster, members) -> dict[str, ConsumerProtocolMemberAssignment]:
+        subscriptions = {m: list(meta.subscription) for m, meta in members.items()}
+        partitions = {}
+        for topic in {t for topics in subscriptions.values() for t in topics}:
+            found = cluster.partitions_for_topic(topic)
+            if found:
+                partitions[topic] = sorted(found)
+        owned = {m: decode_owned(meta.user_data) for m, meta in members.items()}
+        result = assign_partitions(partitions, subscriptions, owned)
+        return {m: ConsumerProtocolMemberAssignment(cls.version, sorted(t.items()), b"")
+                for m, t in result.items()}
+
+    @classmethod
+    def metadata(cls, topics) -> ConsumerProtocolMemberMetadata:
+        return ConsumerProtocolMemberMetadata(cls.version, list(topics),
+                                              encode_owned(cls.owned))
+
+    @classmethod
+    def on_assignment(cls, assignment: ConsumerProtocolMemberAssignment) -> None:
+        owned: dict[str, list[int]] = {}
+        for tp in assignment.partitions():
+            owned.setdefault(tp.topic, []).append(tp.partition)
+        cls.owned = owned
 
 
 async def leave_as_static_member(admin: AIOKafkaAdminClient, group_id: str,

@@ -100,24 +100,37 @@ async def partition_since(kafka: KafkaConnection, topic: str, partition: int, si
     ``since_ms`` (record time), up to its end now, joined; a record it raises
     ``ValueError`` on goes to ``unusable`` instead (kip's admitted and answered ids)."""
     tp = TopicPartition(topic, partition)
+    return (await partitions_since(kafka, {tp: since_ms}, parse, unusable, timeout_s))[tp]
+
+
+async def partitions_since(kafka: KafkaConnection, since: dict[TopicPartition, int],
+                           parse: Callable[[bytes | None], list],
+                           unusable: Callable[[ConsumerRecord], None],
+                           timeout_s: float = 60.0) -> dict[TopicPartition, list]:
+    """``partition_since`` of each partition from its own time, through one consumer."""
     consumer = reader_to_end(kafka)
     await consumer.start()
     try:
-        consumer.assign([tp])
-        ends = await seek_to_time(consumer, [tp], since_ms)
-        return await asyncio.wait_for(_parsed_to(consumer, tp, ends, parse, unusable),
-                                      timeout_s)
+        tps = list(since)
+        consumer.assign(tps)
+        starts = await consumer.offsets_for_times({tp: max(0, ms) for tp, ms in since.items()})
+        ends = await consumer.end_offsets(tps)
+        for tp in tps:
+            found = starts.get(tp)
+            consumer.seek(tp, found.offset if found is not None else ends[tp])
+        return await asyncio.wait_for(_parsed_to(consumer, ends, parse, unusable), timeout_s)
     finally:
         await consumer.stop()
 
 
-async def _parsed_to(consumer: AIOKafkaConsumer, tp: TopicPartition, ends: dict,
-                     parse, unusable) -> list:
-    entries: list = []
+async def _parsed_to(consumer: AIOKafkaConsumer, ends: dict, parse, unusable
+                     ) -> dict[TopicPartition, list]:
+    entries: dict[TopicPartition, list] = {tp: [] for tp in ends}
     while not await reached(consumer, ends):
-        for record in (await consumer.getmany(tp, timeout_ms=500)).get(tp, []):
-            try:
-                entries += parse(record.value)
-            except ValueError:
-                unusable(record)
+        for tp, records in (await consumer.getmany(*ends, timeout_ms=500)).items():
+            for record in records:
+                try:
+                    entries[tp] += parse(record.value)
+                except ValueError:
+                    unusable(record)
     return entries

@@ -20,14 +20,13 @@ broker committed the transaction but the reply was lost, the rebuilt producer fi
 offset already moved and sends nothing.
 
 A commit is five round trips: AddOffsetsToTxn, AddPartitionsToTxn, the produce,
-TxnOffsetCommit, EndTxn, each awaited alone (transport/aiokafka_adapter.py takes them
-one at a time). AddOffsetsToTxn goes first: a commit right behind its partition's last
-meets the coordinator still writing that one's markers (CONCURRENT_TRANSACTIONS), and
-kip retries its own step a millisecond later, where aiokafka would wait its backoff.
-The produce is acknowledged before the offsets go: the broker (KIP-890) verifies a
-transaction's first write to a partition with the coordinator, and a verification that
-meets another request of the same transactional id fails with NOT_ENOUGH_REPLICAS and
-waits the producer's backoff.
+TxnOffsetCommit, EndTxn, each awaited alone (transport/aiokafka_adapter.py). It begins
+with AddOffsetsToTxn: right behind its partition's last commit it meets the coordinator
+still writing that one's markers (CONCURRENT_TRANSACTIONS), and kip retries a
+millisecond later, where aiokafka would wait its backoff. The produce is acknowledged
+before the offsets go: the broker (KIP-890) verifies a transaction's first write to a
+partition with the coordinator, and a verification that meets another request of the
+same id fails with NOT_ENOUGH_REPLICAS and waits the producer's backoff.
 
 A stage that knows where its outputs will go before it has them (a worker, while its
 inference runs) can ``begin_early``: the transaction begins, AddOffsetsToTxn is
@@ -61,15 +60,12 @@ from kip.transport.producing import (Placements, by_partition, placed, retrieve,
                                      stop_quietly, wait_or_cancel)
 
 log = logging.getLogger("kip.transactions")
-
 RETRY_BACKOFF_S = 0.5
 CONCURRENT_RETRY_S = 0.001   # the first retry of CONCURRENT_TRANSACTIONS; doubled after
 TXN_RETRY_BACKOFF_MS = 10   # aiokafka's (100 ms by default) paces its retries of it too
-# A kept transaction begins this long after the commit before it (the coordinator
-# answers CONCURRENT_TRANSACTIONS until it has written that one's markers), and only
-# where the partition's round came this long after its last commit.
-KEEP_AFTER_S = 0.002
-KEEP_WHEN_IDLE_S = 0.006
+# A kept transaction begins this long after the commit before it (the coordinator answers
+# CONCURRENT_TRANSACTIONS until that one's markers are written), where a round came late.
+KEEP_AFTER_S, KEEP_WHEN_IDLE_S = 0.002, 0.006
 KEEP_FOR_S = 60.0   # kept begun again while the partition's last commit is this recent
 
 # A topic and where in it: a key to place by, a partition, or every partition.
@@ -94,14 +90,13 @@ class Entry:
 class PartitionTransactions:
     """Transactional producers keyed by input partition, for one consumer group.
 
-    ``owned(tp)`` tells whether the stage still owns a partition; a commit that keeps
-    failing gives up once it does not, and leaves the records to the new owner.
-    ``any_partition(topic)`` tells which output topics need no key placement: a
-    transaction puts all of its records of such a topic in one partition, picked at
-    random (each partition it touches costs the broker a marker write). With
-    ``chaining``, each partition's producer writes audit records with a hash chain of
-    its own (schemas/audit_chain.py): its head rides as the metadata of the partition's
-    committed offset, so the next owner continues it.
+    ``owned(tp)``: whether the stage still owns a partition; a commit that keeps failing
+    gives up once it does not, and leaves the records to the new owner. ``any_partition
+    (topic)``: output topics that need no key placement (a transaction puts all of its
+    records of one in a partition picked at random: each partition it touches costs a
+    marker). With ``chaining``, each partition's producer chains its audit records
+    (schemas/audit_chain.py); the head rides as its committed offset's metadata. A
+    partition assigned back after a rebalance keeps its producer where ``unchanged``.
     """
 
     def __init__(self, kafka: KafkaConnection, group_id: str, timeout_ms: int,
@@ -368,6 +363,11 @@ class PartitionTransactions:
     async def committed(self, tp: TopicPartition) -> int:
         """The group's committed offset for ``tp`` (0 when it has none)."""
         return (await self._offsets.position(tp)).offset
+
+    async def unchanged(self, tp: TopicPartition) -> bool:
+        """Whether ``tp``'s producer is up and the group's offset is still its last."""
+        floor = self._floor.get(tp) if tp in self._producers else None
+        return floor is not None and (await self._offsets.position(tp)).offset == floor
 
     async def release(self, tp: TopicPartition) -> None:
         """Drop the partition's producer (revoked, fenced or broken)."""

@@ -20,6 +20,8 @@ start, so each partition's transactions stay in order.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 import os
 import threading
 from collections.abc import AsyncIterator
@@ -44,9 +46,12 @@ from kip.workers.health import HEALTH
 from kip.workers.batching import group_by
 from kip.workers.endings import Ended, destinations
 from kip.workers.settings import WorkerSettings
+from kip.transport.aiokafka_adapter import sticky_per_topic
 from kip.workers.single_use import Answered, answered_reader
 
 BACKGROUND_NICE = 10
+
+log = logging.getLogger("kip.worker")
 
 
 class Gate:
@@ -178,6 +183,10 @@ def open_lane(settings: WorkerSettings, model: str, name: str, topics: list[str]
         session_timeout_ms=session_timeout_ms,
         heartbeat_interval_ms=min(settings.heartbeat_interval_ms, session_timeout_ms // 3),
         group_instance_id=settings.group_instance_id,
+        # partitions stay where they were across a join or leave, each topic balanced on
+        # its own (transport/assignment.py): one that stays keeps its producer and
+        # answered ids (_Revocations)
+        partition_assignment_strategy=sticky_per_topic(group),
         max_poll_interval_ms=settings.max_poll_interval_ms,
         fetch_max_bytes=4 * MAX_MESSAGE_BYTES,
         fetch_max_wait_ms=HOT_PATH_FETCH_MAX_WAIT_MS)
@@ -199,31 +208,76 @@ def open_lane(settings: WorkerSettings, model: str, name: str, topics: list[str]
 
 
 class _Revocations(ConsumerRebalanceListener):
-    """Finish the batch in flight, then drop the revoked partitions' producers; build
-    the assigned partitions' producers as soon as they are assigned."""
+    """Finish the batch in flight on a revocation; on the assignment after it, keep what
+    comes back unchanged, drop the rest, claim what is new.
+
+    aiokafka's rebalances are eager: every member gives up every partition, and most
+    come back to the member that had them. A partition that comes back, whose group
+    offset is still the last this lane committed (``unchanged``: no one committed from
+    it meanwhile), keeps its producer and its answered ids; building a producer (the
+    fence) and reading back a partition's answered ids cost round trips and a read of
+    minutes of ids, which every member paid for every partition at every join and leave.
+    """
 
     def __init__(self, lane: Lane) -> None:
         self.lane = lane
+        self.revoked: set[TopicPartition] = set()
+        self.taking: asyncio.Task | None = None
+        self.paused_at: float | None = None   # the revocation's, until the assignment
 
     async def on_partitions_revoked(self, revoked) -> None:
         metrics.PARTITIONS_REVOKED.labels(self.lane.transactions.group_id).inc(len(revoked))
+        if self.paused_at is None:
+            self.paused_at = time.monotonic()
+        if self.taking is not None:
+            self.taking.cancel()
+            await asyncio.gather(self.taking, return_exceptions=True)
         async with self.lane.gate.closed():
             if self.lane.committing:   # their errors are the loop's to raise
                 await asyncio.wait(self.lane.committing)
-            for tp in revoked:
-                self.lane.answered.drop(tp)
-                await self.lane.transactions.release(tp)
+        self.revoked |= set(revoked)
 
     async def on_partitions_assigned(self, assigned) -> None:
-        """Each producer fences the partition's previous owner and reads its floor
-        now, so the first request on a partition does not wait for those round trips
-        (a few to tens of ms each); then the ids answered from it are read back, in the
-        background (workers/single_use.py). aiokafka may fetch meanwhile: a commit that
-        needs a producer still being built waits for it (``PartitionTransactions``), and a
-        batch waits for its partitions' ids (``Answered.ready``)."""
-        await self.lane.transactions.claim_each(assigned)
-        for tp in assigned:   # answered ids read back before its first batch is answered
-            self.lane.answered.claim(tp)
+        """Kept partitions are fetched from at once; new ones are paused until taken."""
+        assigned, revoked, self.revoked = set(assigned), self.revoked, set()
+        back = sorted(revoked & assigned)
+        same = await asyncio.gather(*(self.lane.transactions.unchanged(tp) for tp in back),
+                                    return_exceptions=True)
+        kept = {tp for tp, ok in zip(back, same) if ok is True}
+        for tp in revoked - kept:
+            self.lane.answered.drop(tp)
+            await self.lane.transactions.release(tp)
+        fresh = assigned - kept
+        log.info("%s assigned %d partitions: %d kept, %d taken over (%d came back changed)",
+                 self.lane.transactions.group_id, len(assigned), len(kept), len(fresh),
+                 len(back) - len(kept))
+        group = self.lane.transactions.group_id
+        if self.paused_at is not None:
+            metrics.REBALANCE_PAUSE.labels(group).observe(time.monotonic() - self.paused_at)
+            self.paused_at = None
+        if fresh:
+            self.lane.consumer.pause(*fresh)
+            self.taking = asyncio.create_task(self.take_over(fresh), name="kip-take-partitions")
+
+    async def take_over(self, fresh: set[TopicPartition]) -> None:
+        """Each new partition's producer fences its previous owner and reads its floor,
+        so its first request does not wait for those round trips; then its answered ids
+        are read back (workers/single_use.py), and it is resumed. Where that fails it is
+        resumed anyway: its first batch reads the ids back itself (``Answered.ready``)
+        and fails the loop if it cannot, as a commit builds a producer that is missing."""
+        began = time.monotonic()
+        try:
+            await self.lane.transactions.claim_each(fresh)
+            self.lane.answered.claim_each(fresh)
+            await self.lane.answered.ready(fresh)
+            metrics.TAKEOVER.labels(self.lane.transactions.group_id).observe(
+                time.monotonic() - began)
+        except Exception as err:
+            log.warning("taking %d partitions over: %r; their first batch tries again",
+                        len(fresh), err)
+        finally:
+            mine = self.lane.consumer.assignment()
+            self.lane.consumer.resume(*(tp for tp in fresh if tp in mine))
 
 
 def _observe(committed: list[Ended | None], model: str) -> None:

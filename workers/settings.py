@@ -30,7 +30,7 @@ class WorkerSettings(KipSettings):
         6_000, description="the interactive lane's: how long a worker host cut off keeps "
         "its interactive partitions from the others (the broker's least by default)")
     heartbeat_interval_ms: int = Field(
-        500, gt=0, description="how often each lane's consumer heartbeats: how soon a "
+        250, gt=0, description="how often each lane's consumer heartbeats: how soon a "
         "member hears of a rebalance, so about the longest a join or leave stops the group")
     group_instance_id: str | None = Field(
         None, max_length=200, description="static group membership (KIP-345), one per "

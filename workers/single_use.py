@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from aiokafka import TopicPartition
@@ -41,7 +41,7 @@ from kip.transport.clients import KafkaConnection
 from kip.topics.names import TopicNames
 from kip.transport.outputs import Record
 from kip.transport.id_records import id_records, parse_id_record
-from kip.transport.reading import partition_since, reader_to_end
+from kip.transport.reading import partitions_since, reader_to_end
 
 log = logging.getLogger("kip.worker")
 LOG_APPEND_TIME = 1   # a record's timestamp type: the broker's append time
@@ -106,71 +106,84 @@ class Answered:
         self.partitions.pop(tp, None)
         self.unwritten.pop(tp, None)
         task = self.loading.pop(tp, None)
-        if task is not None:
+        if task is not None and task not in self.loading.values():   # no other reads it
             task.cancel()
 
     def claim(self, tp: TopicPartition) -> None:
         """Begin reading back the ids ``tp`` answered (``ready`` waits for it)."""
-        self.partitions.pop(tp, None)
-        if self.reader is not None and tp not in self.loading:
-            self.loading[tp] = asyncio.create_task(self._load(tp), name=f"answered {tp}")
+        self.claim_each([tp])
+
+    def claim_each(self, tps: Iterable[TopicPartition]) -> None:
+        """``claim`` each of ``tps``, in one read: a partition's read costs a consumer of
+        its own and the round trips to start it, far more than its records."""
+        wanted = [tp for tp in tps if tp not in self.loading]
+        for tp in wanted:
+            self.partitions.pop(tp, None)
+        if self.reader is not None and wanted:
+            task = asyncio.create_task(self._load(wanted), name=f"answered ids of {wanted}")
+            for tp in wanted:
+                self.loading[tp] = task
 
     async def ready(self, tps: set[TopicPartition]) -> None:
         """Every one of ``tps`` read back (those not claimed yet are claimed now: aiokafka
         may hand over records before its assignment callback has run); raises what a
         read back raised, and the batch is answered by no one (the loop fails)."""
-        for tp in tps - self.partitions.keys() - self.loading.keys():
-            self.claim(tp)
-        tasks = [self.loading[tp] for tp in tps if tp in self.loading]
+        self.claim_each(tps - self.partitions.keys() - self.loading.keys())
+        tasks = {self.loading[tp] for tp in tps if tp in self.loading}
         if tasks:
             await asyncio.gather(*tasks)
 
-    async def _load(self, tp: TopicPartition) -> None:
+    async def _load(self, tps: list[TopicPartition]) -> None:
+        task = asyncio.current_task()
         try:
-            entries = await self.reader(tp, self.transit_ms)
+            read = await self.reader(tps, self.transit_ms)
         finally:
-            if self.loading.get(tp) is asyncio.current_task():
+            mine = [tp for tp in tps if self.loading.get(tp) is task]   # not dropped since
+            for tp in mine:
                 del self.loading[tp]
-        seen = self.partitions.setdefault(tp, OrderedDict())
-        for tenant, request_id, routed_at_ms in entries:
-            seen[(tenant, request_id)] = routed_at_ms
-        log.info("%s: %d answered ids read back", tp, len(entries))
+        for tp in mine:
+            seen = self.partitions.setdefault(tp, OrderedDict())
+            for tenant, request_id, routed_at_ms in read[tp]:
+                seen[(tenant, request_id)] = routed_at_ms
+            log.info("%s: %d answered ids read back", tp, len(read[tp]))
 
 
 def answered_reader(kafka: KafkaConnection, names: TopicNames, model: str,
                     committed: Callable[[TopicPartition], Awaitable[int]]):
-    """How a lane reads back what a work partition answered: the ids committed to its
-    answered partition from twice ``transit_ms`` before the append time of the first
-    record it will read (``committed``: the group's offset)."""
-    async def read(tp: TopicPartition, transit_ms: int) -> list:
-        first = await appended_at(kafka, tp, await committed(tp))
-        topic = names.answered(model, tp.topic.rpartition(".")[2])
-        return await read_answered(kafka, topic, tp.partition, first - 2 * transit_ms)
+    """How a lane reads back what work partitions answered: for each, the ids committed
+    to its answered partition from twice ``transit_ms`` before the append time of the
+    first record it will read (``committed``: the group's offset)."""
+    async def read(tps: list[TopicPartition], transit_ms: int) -> dict[TopicPartition, list]:
+        offsets = dict(zip(tps, await asyncio.gather(*(committed(tp) for tp in tps))))
+        firsts = await appended_at(kafka, offsets)
+        answered = {tp: TopicPartition(names.answered(model, tp.topic.rpartition(".")[2]),
+                                       tp.partition) for tp in tps}
+        found = await partitions_since(
+            kafka, {answered[tp]: firsts[tp] - 2 * transit_ms for tp in tps},
+            parse_id_record, lambda record: None)
+        return {tp: found[answered[tp]] for tp in tps}
     return read
 
 
-async def appended_at(kafka: KafkaConnection, tp: TopicPartition, offset: int) -> int:
-    """When the record at ``offset`` of ``tp`` was appended (now, where there is none
-    yet: the partition is read to its end)."""
+async def appended_at(kafka: KafkaConnection, offsets: dict[TopicPartition, int]
+                      ) -> dict[TopicPartition, int]:
+    """When the record at each partition's offset was appended (now, where there is
+    none yet: the partition is read to its end), through one consumer."""
     consumer = reader_to_end(kafka, max_partition_fetch_bytes=1024 * 1024)
     await consumer.start()
     try:
-        consumer.assign([tp])
-        end = (await consumer.end_offsets([tp]))[tp]
-        if offset >= end:
-            return now_ms()
-        consumer.seek(tp, offset)
-        batch = await consumer.getmany(tp, timeout_ms=5000, max_records=1)
-        records = batch.get(tp, [])
-        return records[0].timestamp if records else now_ms()
+        consumer.assign(list(offsets))
+        ends = await consumer.end_offsets(list(offsets))
+        found = {tp: now_ms() for tp, offset in offsets.items() if offset >= ends[tp]}
+        for tp in offsets.keys() - found.keys():
+            consumer.seek(tp, offsets[tp])
+        deadline = asyncio.get_running_loop().time() + 5
+        while len(found) < len(offsets) and asyncio.get_running_loop().time() < deadline:
+            waiting = [tp for tp in offsets if tp not in found]
+            for tp, records in (await consumer.getmany(*waiting, timeout_ms=500)).items():
+                if records and tp not in found:
+                    found[tp] = records[0].timestamp
+                    consumer.pause(tp)
+        return {tp: found.get(tp, now_ms()) for tp in offsets}
     finally:
         await consumer.stop()
-
-
-async def read_answered(kafka: KafkaConnection, topic: str, partition: int, since_ms: int
-                        ) -> list:
-    """Every ``[tenant, request id, routed_at_ms]`` committed to ``topic``[``partition``]
-    since ``since_ms`` (record time), up to its end now; a record that is not one is
-    skipped (only this model's workers write the topic)."""
-    return await partition_since(kafka, topic, partition, since_ms, parse_id_record,
-                                 lambda record: None)

@@ -125,3 +125,27 @@ def test_a_static_member_never_leaves_by_itself_and_the_admin_client_sends_to_a_
     struct = aiokafka_adapter.LeaveGroupV3Request("g", "worker-0").build(
         aiokafka_adapter.LeaveGroupRequest_v3)
     assert struct.API_VERSION == 3 and struct.encode()
+
+
+def test_kips_assignor_plugs_into_aiokafkas_coordinator_with_its_state_per_consumer():
+    """aiokafka's coordinator calls ``metadata``, ``assign`` and ``on_assignment`` on the
+    classes it is given, and encodes what they return (group_coordinator.py)."""
+    from aiokafka.consumer import group_coordinator
+
+    source = inspect.getsource(group_coordinator)
+    for call in ("assignor.metadata(topics)", "assignor.assign(self._cluster, member_metadata)",
+                 "assignor.on_assignment(assignment)"):
+        assert call in source
+    one, round_robin = aiokafka_adapter.sticky_per_topic("one")
+    other, _ = aiokafka_adapter.sticky_per_topic("other")
+    assert round_robin.name == "roundrobin" and one.name == "kip-sticky-per-topic"
+
+    class Cluster:
+        def partitions_for_topic(self, topic):
+            return {0, 1, 2}
+    members = {m: one.metadata(["standard", "batch"]) for m in ("a", "b", "c")}
+    assignment = one.assign(Cluster(), members)
+    one.on_assignment(assignment["a"])
+    assert sorted(tp.topic for tp in assignment["a"].partitions()) == ["batch", "standard"]
+    assert one.metadata(["standard"]).user_data != b"{}" and other.owned is None
+    assert assignment["a"].encode()

@@ -357,3 +357,26 @@ async def _one_after_another(broker, prefix: str, commits: int, early: bool = Fa
                 assert await tx.commit(tp, _entries(out, [offset]))
         assert await _committed(tx, tp, commits) == commits
     return sent
+
+
+def test_a_partition_is_unchanged_until_another_owner_commits_from_it(broker, prefix):
+    """What lets a lane keep a partition's producer across a rebalance (workers/lane.py):
+    its offset is still the last this owner committed; once another has committed from
+    it, it is not, and the lane takes it over afresh."""
+    async def scenario() -> list[bool]:
+        src, out = await _topics(broker.bootstrap, prefix)
+        tp, group = TopicPartition(src, 0), f"{prefix}.g"
+        seen = []
+        async with PartitionTransactions(broker.kafka, group, TIMEOUT_MS) as first:
+            await _group_known(first, tp)
+            seen.append(await first.unchanged(tp))   # no producer yet: nothing to keep
+            assert await first.commit(tp, _entries(out, range(3)))
+            await _committed(first, tp, 3)
+            seen.append(await first.unchanged(tp))
+            async with PartitionTransactions(broker.kafka, group, TIMEOUT_MS) as second:
+                assert await second.commit(tp, _entries(out, range(3, 5), "w"))
+                await _committed(second, tp, 5)
+            seen.append(await first.unchanged(tp))
+        return seen
+
+    assert asyncio.run(scenario()) == [False, True, False]
