@@ -56,7 +56,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.client import CoordinationType
 from aiokafka.consumer import fetcher as aiokafka_fetcher
-from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.protocol import (ConsumerProtocolMemberAssignment,
                                            ConsumerProtocolMemberMetadata)
@@ -272,12 +271,11 @@ async def alter_client_quotas(admin: AIOKafkaAdminClient, entries: list) -> None
             raise for_code(code)(f"AlterClientQuotas for {entity}: {message}")
 
 
-def sticky_per_topic(consumer_name: str) -> tuple[type, type]:
-    """A consumer's assignment strategies: kip's sticky, per-topic balanced assignor
-    (a class of its own), and round robin (aiokafka's default) while a member that
-    knows no other is still in the group."""
-    own = type(f"StickyPerTopic_{consumer_name}", (_StickyPerTopic,), {})
-    return own, RoundRobinPartitionAssignor
+def sticky_per_topic(consumer_name: str) -> tuple[type]:
+    """A consumer's assignment strategy: kip's sticky, per-topic balanced assignor, a
+    class of its own. Alone: offered beside round robin, three members joining at once
+    rebalanced without end (aiokafka 0.14, Kafka 4.1; tests/transport/test_assignment.py)."""
+    return (type(f"StickyPerTopic_{consumer_name}", (_StickyPerTopic,), {}),)
 
 
 class _StickyPerTopic(AbstractPartitionAssignor):

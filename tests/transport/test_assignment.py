@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
+import pytest
+
+from kip.topics.catalogue import TopicSpec
+from kip.transport.admin import apply
+from kip.transport.aiokafka_adapter import sticky_per_topic
 from kip.transport.assignment import assign, decode_owned, encode_owned
 
 TOPICS = {"standard": [0, 1, 2], "batch": [0, 1, 2]}
@@ -51,3 +59,31 @@ def test_more_members_than_partitions_leaves_some_without():
     result = assign({"interactive": [0, 1]}, {m: ["interactive"] for m in ("a", "b", "c")},
                     {})
     assert _counts(result, "interactive") == [0, 1, 1]
+
+
+@pytest.mark.broker
+def test_three_members_joining_at_once_settle_balanced_per_topic(broker, prefix):
+    """On the broker, through aiokafka's coordinator: no rebalance storm (offered beside
+    round robin, this assignor's members rebalanced without end), and each member reads
+    one partition of each topic."""
+    topics = [f"{prefix}.standard", f"{prefix}.batch"]
+
+    async def go():
+        await apply(broker.kafka, [TopicSpec(t, 3, "any", "test", {}) for t in topics])
+        consumers = [broker.kafka.consumer(
+            group_id=f"{prefix}-g", session_timeout_ms=6000, heartbeat_interval_ms=250,
+            partition_assignment_strategy=sticky_per_topic(f"{prefix}-{n}"))
+            for n in range(3)]
+        for consumer in consumers:
+            consumer.subscribe(topics)
+        await asyncio.gather(*(c.start() for c in consumers))
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not all(len(c.assignment()) == 2
+                                                           for c in consumers):
+                await asyncio.gather(*(c.getmany(timeout_ms=100) for c in consumers))
+            return [sorted(tp.topic for tp in c.assignment()) for c in consumers]
+        finally:
+            await asyncio.gather(*(c.stop() for c in consumers))
+
+    assert asyncio.run(go()) == [sorted(topics)] * 3
