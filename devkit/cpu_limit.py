@@ -7,11 +7,13 @@ workers about three times it."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
 PERIOD_US = 10_000   # short: a throttled worker waits at most this long in each period
+MIN_QUOTA_US = 1_000
 
 
 class CpuLimitUnavailable(RuntimeError):
@@ -20,16 +22,17 @@ class CpuLimitUnavailable(RuntimeError):
 
 def limit(pid: int, cpus: float, name: str) -> Path:
     """Put ``pid`` (all its threads) in cgroup ``name`` capped at ``cpus`` cores."""
-    quota = max(1000, int(cpus * PERIOD_US))
+    period = max(PERIOD_US, math.ceil(MIN_QUOTA_US / cpus))   # the kernel's least quota
+    quota = int(cpus * period)
     if (ROOT / "cgroup.controllers").exists():   # v2: one tree
         group = ROOT / name
         _make(group)
-        (group / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+        (group / "cpu.max").write_text(f"{quota} {period}")
         (group / "cpu.weight").write_text("10000")
     else:
         group = ROOT / "cpu" / name
         _make(group)
-        (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+        (group / "cpu.cfs_period_us").write_text(str(period))
         (group / "cpu.cfs_quota_us").write_text(str(quota))
         (group / "cpu.shares").write_text(str(1 << 18))
     (group / "cgroup.procs").write_text(str(pid))

@@ -21,7 +21,6 @@ from kip.devkit.broker import free_port
 from kip.devkit.cpu_limit import limit, release
 from kip.devkit.stack import DevStack
 
-MODEL = "digits"
 REBALANCE_HISTOGRAMS = ("kip_rebalance_pause_seconds", "kip_partitions_takeover_seconds")
 
 
@@ -37,6 +36,7 @@ class ScaleWorker:
 class Workers:
     stack: DevStack
     cpus: float
+    model: str = "digits"
     running: dict[str, ScaleWorker] = field(default_factory=dict)
 
     async def start(self, name: str) -> float:
@@ -45,7 +45,8 @@ class Workers:
         shared = self.stack.worker_env
         self.stack.worker_env = shared | {"KIP_GROUP_INSTANCE_ID": name}
         try:
-            proc = self.stack.spawn(["worker", "--model", MODEL], port, log=lambda *_: None)
+            proc = self.stack.spawn(["worker", "--model", self.model], port,
+                                    log=lambda *_: None)
         finally:
             self.stack.worker_env = shared
         worker = self.running[name] = ScaleWorker(name, port, proc)
