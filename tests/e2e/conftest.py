@@ -219,3 +219,24 @@ def explained(s: DevStack, request_id: str) -> str:
     found = asyncio.run(trail(s.connection("audit-reader"), s.names, request_id,
                               now_ms() - 600_000))
     return "\n".join(explain(found))
+
+
+def publish_variant(s: DevStack, tmp_path, base: str, tag: str, name: str,
+                    **manifest_fields) -> str:
+    """The version ``base`` (an alias) points to, its graph under the doc string ``tag``
+    and its files, published in the stack's registry as model ``name`` (with
+    ``manifest_fields`` over its manifest) and signed: a new version of the same model."""
+    import onnx
+
+    source = s.registry.resolve(base)
+    graph = onnx.load(str(source.artifact))
+    graph.doc_string = tag
+    path = tmp_path / f"{tag}.onnx"
+    onnx.save(graph, str(path))
+    manifest = source.manifest.model_dump(exclude={"version", "artifact_sha256",
+                                                   "files_sha256"})
+    files = {fname: source.file(fname) for fname in source.manifest.files_sha256}
+    mv = s.registry.publish(path, manifest | {"name": name} | manifest_fields, files)
+    target = f"{name}@{mv.manifest.version}"
+    s.sign_models([target])
+    return target

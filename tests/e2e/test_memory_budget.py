@@ -9,11 +9,10 @@ import asyncio
 import time
 
 import numpy as np
-import onnx
 import pytest
 
 from kip.schemas import Status
-from tests.e2e.conftest import client_for
+from tests.e2e.conftest import client_for, publish_variant
 from tests.e2e.test_fallback import _served
 from kip.transport.admin import apply
 from kip.topics.catalogue import catalogue
@@ -26,18 +25,7 @@ PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
 def _publish(s, tmp_path, tag: str, estimate: int, model: str = MODEL) -> str:
     """digits' graph under the doc string ``tag``, published as ``model`` with a memory
     estimate of ``estimate`` bytes, and signed."""
-    digits = s.registry.resolve("digits")
-    graph = onnx.load(str(digits.artifact))
-    graph.doc_string = tag
-    path = tmp_path / f"{tag}.onnx"
-    onnx.save(graph, str(path))
-    manifest = digits.manifest.model_dump(exclude={"version", "artifact_sha256",
-                                                   "files_sha256"})
-    mv = s.registry.publish(path, manifest | {"name": model, "memory_estimate_bytes": estimate},
-                            {})
-    target = f"{model}@{mv.manifest.version}"
-    s.sign_models([target])
-    return target
+    return publish_variant(s, tmp_path, "digits", tag, model, memory_estimate_bytes=estimate)
 
 
 def test_a_version_over_the_budget_is_refused_at_once_and_the_other_serves(plain_stack,

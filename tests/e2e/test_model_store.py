@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import onnx
 import pytest
 
 from kip.devkit.broker import free_port
@@ -18,7 +17,7 @@ from kip.models.store import ModelStore
 from kip.schemas import Status
 from kip.topics.catalogue import catalogue
 from kip.transport.admin import apply
-from tests.e2e.conftest import client_for
+from tests.e2e.conftest import client_for, publish_variant
 from tests.e2e.test_signed_models import _metric
 
 pytestmark = pytest.mark.broker
@@ -29,20 +28,9 @@ INTERACTIVE_BUDGET_S = 0.5
 
 
 def _publish(s, tmp_path, tag: str) -> str:
-    """MiniLM's graph under the doc string ``tag``, with its tokenizer files, published
-    as ``MODEL`` in the stack's registry (its pipeline routes from there) and signed."""
-    minilm = s.registry.resolve("minilm")
-    graph = onnx.load(str(minilm.artifact))
-    graph.doc_string = tag
-    path = tmp_path / f"{tag}.onnx"
-    onnx.save(graph, str(path))
-    manifest = minilm.manifest.model_dump(exclude={"version", "artifact_sha256",
-                                                   "files_sha256"})
-    files = {name: minilm.file(name) for name in minilm.manifest.files_sha256}
-    mv = s.registry.publish(path, manifest | {"name": MODEL}, files)
-    target = f"{MODEL}@{mv.manifest.version}"
-    s.sign_models([target])
-    return target
+    """MiniLM under the doc string ``tag``, with its tokenizer files, published as
+    ``MODEL`` in the stack's registry (its pipeline routes from there) and signed."""
+    return publish_variant(s, tmp_path, "minilm", tag, MODEL)
 
 
 def _store_env(server: S3Server, url: str, cache) -> dict[str, str]:
