@@ -95,5 +95,7 @@ class Releases:
             self.latest[release.alias] = release
 
     def targets(self) -> set[str]:
-        """Every ``name@version`` a latest release routes to."""
-        return {route.version for release in self.latest.values() for route in release.routes}
+        """Every ``name@version`` a latest release routes to (safe from another thread:
+        it reads a copy)."""
+        return {route.version for release in self.latest.copy().values()
+                for route in release.routes}

@@ -91,8 +91,9 @@ class Worker:
 
     def _cached_to_keep(self) -> set[str]:
         """The versions the model cache never evicts: loaded (the served one stays), or
-        named by a release."""
-        return set(self.sessions.loaded) | self.releases.targets()
+        named by a release. Called from the stager's thread: it copies the dicts the
+        event loop changes (a copy is one step under the GIL; iterating them is not)."""
+        return set(self.sessions.loaded.copy()) | self.releases.targets()
 
     async def stop(self) -> None:
         """Stop pulling; let the batches pulled finish and commit (``drain_timeout_s``);
