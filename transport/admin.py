@@ -135,9 +135,12 @@ async def _fragile(admin: AIOKafkaAdminClient, names: list[str], brokers: int) -
     single copy on a cluster that could keep more."""
     if brokers < 2:
         return []
+    # Each describe may reach another broker; one that has not yet learnt of a topic
+    # just made would describe it with no partitions, so wait until it is served.
     return [f"{t['topic']}: replication factor 1 on a cluster of {brokers} brokers: "
             "losing one broker's disk loses its records"
-            for t in await admin.describe_topics(names) if _replication_factor(t) == 1]
+            for t in await _until_served(admin, names, leaders=False)
+            if _replication_factor(t) == 1]
 
 
 def _replication_factor(topic: dict) -> int:
