@@ -169,7 +169,7 @@ def warm_up_rounds(total: int, at_once: int) -> list[int]:
 async def warm_up_models(kip: KipClient) -> None:
     for model, inputs in (("digits", {"pixels": np.zeros((1, 64), np.float32)}),
                           ("minilm", {"text": ["warm"]})):
-        result = await kip.infer(model, inputs, timeout_s=120)
+        result = await kip.infer(model, inputs, timeout_s=120, retry_s=120)
         if result.status != "ok":
             raise RuntimeError(f"warm-up on {model} ended {result.status}: {result.error}")
 

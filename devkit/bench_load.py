@@ -155,7 +155,8 @@ async def _reply_topic(stack: DevStack, suffix: str) -> str:
 async def _warm_up(client: KipClient, stack: DevStack) -> None:
     """One answered request, or a clear error: which service died, and its log."""
     try:
-        await client.infer("minilm", {"text": ["warm-up"]}, priority="batch", timeout_s=120)
+        await client.infer("minilm", {"text": ["warm-up"]}, priority="batch", timeout_s=120,
+                           retry_s=120)
     except asyncio.TimeoutError:
         stack.check_services()
         raise RuntimeError("no answer to a warm-up request within 120 s") from None

@@ -100,7 +100,7 @@ def raw_throughput(session: ModelSession, texts: list[str], batch: int = 32) -> 
 async def pipeline_run(stack: DevStack, texts: list[str], warm_up: list[str] = ()
                        ) -> dict:
     async with dev_client(stack) as kip:
-        warm = await kip.infer("minilm", {"text": ["warm-up"]}, priority="batch",
+        warm = await kip.infer("minilm", {"text": ["warm-up"]}, priority="batch", retry_s=120,
                                timeout_s=120)
         if warm.status != "ok":
             raise RuntimeError(f"the warm-up request ended {warm.status}: {warm.error}")

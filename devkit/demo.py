@@ -42,7 +42,8 @@ async def _warm_up(client: KipClient, log) -> None:
             # batch class: its default deadline outlasts a cold start (interactive's 2 s
             # would expire while consumer groups are still forming)
             result = await client.infer(model, inputs, priority="batch",
-                                        timeout_s=WARMUP_TIMEOUT_S)
+                                        timeout_s=WARMUP_TIMEOUT_S,
+                                        retry_s=WARMUP_TIMEOUT_S)
         except TimeoutError:
             raise RuntimeError(f"no result from model {model} within {WARMUP_TIMEOUT_S:.0f}s: "
                                "are the pipeline and its worker running? (see their logs in $KIP_HOME)"

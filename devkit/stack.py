@@ -262,13 +262,23 @@ class DevStack:
     def restart(self, index: int, timeout_s: float = 20.0) -> float:
         """Stop service ``index`` (0: the pipeline) with SIGTERM and start it again;
         return how long the old process took to exit."""
-        old = self.procs[index]
-        started = time.monotonic()
-        _terminate([old], timeout_s)
-        stopped_s = time.monotonic() - started
-        port = self.metrics_base_port + index if self.metrics_base_port else 0
-        self.procs[index] = self.spawn(old.args[3:], port, log=lambda *_: None)
+        stopped_s = self.stop_service(index, timeout_s)
+        self.start_service(index)
         return stopped_s
+
+    def stop_service(self, index: int, timeout_s: float = 20.0) -> float:
+        """Stop service ``index`` with SIGTERM; return how long it took to exit."""
+        started = time.monotonic()
+        _terminate([self.procs[index]], timeout_s)
+        return time.monotonic() - started
+
+    def start_service(self, index: int) -> None:
+        """Start service ``index`` again, as it was started, on its metrics port."""
+        self.procs[index] = self.spawn(self.procs[index].args[3:], self.metrics_port(index),
+                                       log=lambda *_: None)
+
+    def metrics_port(self, index: int) -> int:
+        return self.metrics_base_port + index if self.metrics_base_port else 0
 
     def check_services(self) -> None:
         """Raise, with the end of its log, if a service has exited."""

@@ -39,8 +39,8 @@ from kip.runtime import keys
 from kip.runtime.settings import KipSettings
 from kip.schemas.codec import REQUEST_ID_HEADER, decode, encode, headers, now_ms
 from kip.schemas.envelopes import envelope
-from kip.schemas.errors import InvalidRequest
-from kip.schemas.messages import InferenceRequest, InferenceResult, Priority
+from kip.schemas.errors import InvalidRequest, error_for_code
+from kip.schemas.messages import InferenceRequest, InferenceResult, Priority, Status
 from kip.schemas.result_signatures import ResultKeys, ResultVerifier, request_sha256
 from kip.schemas.signing import sign
 from kip.schemas.tensors import Tensor
@@ -271,8 +271,22 @@ class KipClient:
         return found
 
     async def infer(self, model: str, inputs: Inputs, *, priority: Priority | str = "standard",
-                    deadline_ms: int | None = None, timeout_s: float = 30.0) -> InferenceResult:
-        """Send one request and wait for its terminal result (whatever its status)."""
+                    deadline_ms: int | None = None, timeout_s: float = 30.0,
+                    retry_s: float = 0.0) -> InferenceResult:
+        """Send one request and wait for its terminal result (whatever its status).
+        ``retry_s``: for that long, a request rejected with a retriable code and a
+        ``retry_after_ms`` (``MODEL_UNAVAILABLE`` while no worker is live, ``OVERLOADED``,
+        ``QUOTA_EXCEEDED``) is sent again, as a new request, once that wait has passed."""
+        give_up = asyncio.get_running_loop().time() + retry_s
+        while True:
+            result = await self._infer_once(model, inputs, priority, deadline_ms, timeout_s)
+            wait_s = _retry_wait_s(result)
+            if wait_s is None or asyncio.get_running_loop().time() + wait_s > give_up:
+                return result
+            await asyncio.sleep(wait_s)
+
+    async def _infer_once(self, model: str, inputs: Inputs, priority: Priority | str,
+                          deadline_ms: int | None, timeout_s: float) -> InferenceResult:
         request = self.request(model, inputs, priority=priority, deadline_ms=deadline_ms)
         fut = await self.submit(request)
         try:
@@ -386,3 +400,12 @@ def _tensors(inputs: Inputs) -> list[Tensor]:
 
 def _new_traceparent() -> str:
     return f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"
+
+
+def _retry_wait_s(result: InferenceResult) -> float | None:
+    """Seconds to wait before sending a rejected request again; None: do not."""
+    error = result.error
+    if (result.status != Status.REJECTED or error is None or error.retry_after_ms is None
+            or not error_for_code(error.code).retriable):
+        return None
+    return max(error.retry_after_ms, 10) / 1000

@@ -41,6 +41,7 @@ from kip.pipeline.decisions import Context, Decision, Origin, Shed
 from kip.pipeline.intake import CheckedEnvelopes, Screen, UnsignedAllowance, shed_record
 from kip.pipeline.refusals import refuse_undecodable
 from kip.pipeline.faust_adapter import TransactionalConsumer
+from kip.pipeline.readiness import agent_condition, watch
 from kip.pipeline.follower import TopicFollower
 from kip.pipeline.known_topics import KnownTopics
 from kip.pipeline.quota import Ledger, apply_levels, dump_levels
@@ -51,6 +52,7 @@ from kip.pipeline.settings import PipelineSettings
 from kip.pipeline.work_placement import WorkPlacement
 from kip.runtime import allocator, collector, metrics
 from kip.runtime.files import private_dir
+from kip.runtime.probes import PROBES
 from kip.schemas.codec import now_ms
 from kip.schemas.errors import Internal
 from kip.schemas.messages import Priority
@@ -88,6 +90,8 @@ class PipelineState:
         self.screen = Screen(self.access, settings.admission, self.allowance, self.envelopes)
         self.large_messages = allocator.LargeMessages()
         self.known_topics = KnownTopics(settings.kafka)   # each agent's, shared()
+        for priority in settings.classes:   # 0 until a message is shed, not missing
+            metrics.SHED.labels(priority.value)
         self.claims = Claims(settings.kafka, self.seen,
                              lambda tp: settings.names.admitted(_class_of(tp, settings)))
         names, kafka = settings.names, settings.kafka
@@ -144,6 +148,7 @@ def create_app(settings: PipelineSettings, replicas: int = 1) -> faust.App:
     app.task(_follow(state))
     app.task(_tend_memory(state))
     app.task(_health_gate(state))
+    app.task(watch(state))
     for priority in settings.classes:
         topic = app.topic(settings.names.requests(priority), key_serializer="raw",
                           value_serializer="raw")
@@ -202,6 +207,7 @@ def _health_gate(state: PipelineState):
             for release in rollbacks(state.releases, state.capacity, settings.health_gate,
                                      now_ms()):
                 log.warning("rolling back %s: %s", release.alias, release.reason)
+                metrics.ROLLBACKS.inc()
                 await publish_control(settings.kafka, settings.names.releases, release.alias,
                                       release.model_dump_json().encode())
                 state.releases.apply(release.alias.encode(), release.model_dump_json().encode())
@@ -228,6 +234,7 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
         log.info("agent waits for the control and telemetry views")
         await state.ready()
         log.info("agent admits requests")
+        PROBES.set(agent_condition(priority), True, "admitting")
         try:
             await known_topics.current()   # read once now: the first request need not wait
             async for events in rounds(stream, *take):
@@ -241,6 +248,7 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
         except Exception as exc:
             # Offsets of the failed round are not committed: a restart replays it.
             log.critical("pipeline agent failed, stopping the process: %r", exc)
+            PROBES.set(agent_condition(priority), False, f"failed: {exc!r}"[:300])
             await app.crash(exc)
             raise
         finally:

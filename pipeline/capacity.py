@@ -18,6 +18,7 @@ from collections import defaultdict
 from kip.schemas.messages import Priority, WorkerTelemetry, priority_of
 
 STALE_AFTER_MS = 5_000    # workers report every second
+NO_WORKER_RETRY_MS = 1_000   # a retry's wait where no worker is live: one report's time
 FUTURE_SKEW_MS = 2_000    # clock difference tolerated between a worker and the pipeline
 
 

@@ -11,7 +11,8 @@ batch left unread (transport/inflation.py), is answered within its key's allowan
 decode+validate -> the body names its envelope's tenant, key and id -> reply_to and
 class checks -> authenticate the body -> reply_to owned by the tenant -> authorize ->
 deadline ->
-route -> inputs and limits against the model -> capacity (overload: fallback or reject)
+route -> inputs and limits against the model -> capacity (no live worker or overload:
+fallback or reject)
 -> the tenant's quota on that model. The first failure ends the request
 (pipeline/refusals.py says where its ending goes).
 
@@ -24,6 +25,7 @@ rejection of a replayed copy for it. A forwarded work item is stamped
 from __future__ import annotations
 
 from kip.pipeline.access import authenticate, authorize, may_use
+from kip.pipeline.capacity import NO_WORKER_RETRY_MS, STALE_AFTER_MS
 from kip.pipeline.admission import (check_deadline, check_payload_size, check_request_limits,
                                     check_wait, effective_deadline)
 from kip.pipeline.decisions import (STAGE, Context, Decision, Forward, Message, Origin,
@@ -126,12 +128,12 @@ def admit(message: Message, ctx: Context) -> tuple[Route, int]:
 
 def within_capacity(request: InferenceRequest, route: Route, deadline_ms: int,
                     ctx: Context) -> Route:
-    """``route`` if its model can serve in time, else its fallback, else ``Overloaded``."""
-    estimate = ctx.capacity.estimate_wait_ms(route.model_name, request.priority, ctx.now_ms)
+    """``route`` if its model can serve in time, else its fallback, else the refusal:
+    ``ModelUnavailable`` where no worker of the model is live, else ``Overloaded``."""
     try:
-        check_wait(estimate, request.priority, deadline_ms, ctx.now_ms, ctx.policy)
+        check_capacity(route.model_name, request.priority, deadline_ms, ctx)
         return route
-    except Overloaded as overloaded:
+    except (Overloaded, ModelUnavailable) as refused:
         alternative = ctx.fallbacks.get(route.model_name)
         if alternative is None:
             raise
@@ -141,15 +143,25 @@ def within_capacity(request: InferenceRequest, route: Route, deadline_ms: int,
             manifest.check_inputs(request.inputs)
             check_served(fallback.model_name, request.priority, ctx)
         except KipError:
-            raise overloaded from None   # an unusable fallback changes nothing for the caller
+            raise refused from None   # an unusable fallback changes nothing for the caller
         if not may_use(ctx.access, request.tenant, fallback.model_name):
-            raise Overloaded(f"{overloaded.message}; its fallback {fallback.model_name} is "
-                             f"not a model tenant '{request.tenant}' may use",
-                             retry_after_ms=overloaded.retry_after_ms) from None
-        estimate = ctx.capacity.estimate_wait_ms(fallback.model_name, request.priority,
-                                                 ctx.now_ms)
-        check_wait(estimate, request.priority, deadline_ms, ctx.now_ms, ctx.policy)
+            raise type(refused)(f"{refused.message}; its fallback {fallback.model_name} is "
+                                f"not a model tenant '{request.tenant}' may use",
+                                retry_after_ms=refused.retry_after_ms) from None
+        check_capacity(fallback.model_name, request.priority, deadline_ms, ctx)
         return fallback.model_copy(update={"fallback_from": route.model_name})
+
+
+def check_capacity(model: str, priority: Priority, deadline_ms: int, ctx: Context) -> None:
+    """Fail closed: with no live worker (none has reported telemetry within
+    ``STALE_AFTER_MS``, pipeline/capacity.py) a request would wait in a topic nobody reads
+    until its deadline, so it ends ``MODEL_UNAVAILABLE`` now, retriable; the model's
+    first worker to report reopens it. Otherwise the estimated wait must fit."""
+    if not ctx.capacity.serving(model, ctx.now_ms):
+        raise ModelUnavailable(f"no live worker of {model}: none has reported in the last "
+                               f"{STALE_AFTER_MS // 1000} s", retry_after_ms=NO_WORKER_RETRY_MS)
+    estimate = ctx.capacity.estimate_wait_ms(model, priority, ctx.now_ms)
+    check_wait(estimate, priority, deadline_ms, ctx.now_ms, ctx.policy)
 
 
 def check_loadable(route: Route, ctx: Context) -> None:

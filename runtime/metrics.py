@@ -6,8 +6,9 @@ import collections
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram
 
+from kip.runtime import probes
 from kip.runtime.prometheus_adapter import observe_all
 from kip.schemas.messages import AuditRecord
 
@@ -57,15 +58,23 @@ SHED = Counter(
     "past their key's allowance: shed unanswered, one audit record a round names them",
     ["priority"])
 
+ROLLBACKS = Counter(
+    "kip_release_rollbacks", "Canary releases the health gate rolled back (the reason is "
+    "on the release record: `kip models releases`)")
+
+TELEMETRY_FAILURES = Counter(
+    "kip_telemetry_failures", "Telemetry reports a worker could not write: while they fail, "
+    "pipelines stop hearing it and send its model no work once no worker of it is heard")
+
 UNUSABLE_RECORDS = Counter(
     "kip_unusable_records", "Records of a followed topic (control, telemetry, quota "
     "levels) that could not be applied and were skipped", ["topic"])
 
 
 def serve(port: int, host: str = "127.0.0.1") -> None:
-    """Serve /metrics on ``host``:``port`` (port 0: do nothing)."""
-    if port:
-        start_http_server(port, addr=host)
+    """Serve /metrics, /healthz and /readyz on ``host``:``port`` (port 0: do nothing;
+    runtime/probes.py)."""
+    probes.serve(port, host)
 
 
 def count_outcomes(stage: str, decided: Iterable[tuple[AuditRecord, str]]) -> None:

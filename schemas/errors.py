@@ -67,11 +67,13 @@ class ModelUnverified(KipError):
 
 
 class ModelUnavailable(KipError):
-    """This version cannot be had: its memory estimate does not fit the workers' memory
-    budget, or it is not staged on this host and the model store cannot be read. The
-    request was not run."""
+    """This version cannot be had now: no worker of the model is live, its memory
+    estimate does not fit the workers' memory budget, or it is not staged on this host
+    and the model store cannot be read. The request was not run; ``retry_after_ms``,
+    where set, says when a retry may find a worker."""
 
     code = "MODEL_UNAVAILABLE"
+    retriable = True
 
 
 class DeadlineExceeded(KipError):

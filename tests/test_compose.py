@@ -55,3 +55,19 @@ def test_a_broken_compose_file_is_caught(tmp_path):
         [sys.executable, "-m", "check_jsonschema", "--schemafile", str(SCHEMA), str(bad)],
         capture_output=True, text=True)
     assert done.returncode != 0
+
+
+def test_prometheus_loads_the_alert_rules_and_grafana_the_dashboard():
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    assert "./deploy/monitoring/prometheus:/etc/prometheus:ro" in services["prometheus"]["volumes"]
+    config = yaml.safe_load((ROOT / "deploy" / "monitoring" / "prometheus" / "prometheus.yml").read_text())
+    assert config["rule_files"] == ["alerts.yml"]
+    scraped = set(config["scrape_configs"][0]["static_configs"][0]["targets"])
+    for name, service in services.items():
+        port = (service.get("environment") or {}).get("KIP_METRICS_PORT")
+        if port:
+            assert f"{name}:{port}" in scraped, name
+            assert "/readyz" in " ".join(service["healthcheck"]["test"]), name
+    grafana = " ".join(services["grafana"]["volumes"])
+    assert "./deploy/monitoring/grafana/dashboards:/var/lib/grafana/dashboards" in grafana
+    assert "./deploy/monitoring/grafana/provisioning:/etc/grafana/provisioning" in grafana

@@ -172,11 +172,12 @@ def key_of(message: Message) -> bytes:
 def ending(names: TopicNames, reply_to: str, result: InferenceResult, audit: AuditRecord,
            deadletter: DeadLetterRecord | None = None) -> list[Output]:
     """A request's terminal outputs: the result on its reply topic, the final audit
-    record, and the dead letter of input kip could not use."""
+    record, and the dead letter of input kip could not use; each with the request's trace
+    context (``traceparent``), so an operator follows a dead letter to its trace."""
     trace = audit.traceparent
     outputs = [Output(reply_to, result, trace), Output(names.audit, audit, trace)]
     if deadletter is not None:
-        outputs.append(Output(names.deadletter, deadletter))
+        outputs.append(Output(names.deadletter, deadletter, trace))
     return outputs
 
 

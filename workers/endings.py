@@ -147,7 +147,7 @@ def refused_copy(record: ConsumerRecord, item: WorkItem, names: TopicNames,
     dead = dead_letter(record.value or b"", record.topic, record.partition, record.offset,
                        err, now)
     trace = item.request.traceparent
-    return [Output(names.audit, audit, trace), Output(names.deadletter, dead)]
+    return [Output(names.audit, audit, trace), Output(names.deadletter, dead, trace)]
 
 
 def destinations(item: WorkItem, names: TopicNames) -> list[tuple[str, bytes]]:

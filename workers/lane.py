@@ -33,6 +33,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from kip.runtime import metrics
+from kip.runtime.probes import PROBES
 from kip.schemas.messages import WorkItem
 from kip.topics.catalogue import MAX_MESSAGE_BYTES
 from kip.transport.clients import HOT_PATH_FETCH_MAX_WAIT_MS
@@ -226,7 +227,9 @@ class _Revocations(ConsumerRebalanceListener):
         self.paused_at: float | None = None   # the revocation's, until the assignment
 
     async def on_partitions_revoked(self, revoked) -> None:
-        metrics.PARTITIONS_REVOKED.labels(self.lane.transactions.group_id).inc(len(revoked))
+        group = self.lane.transactions.group_id
+        metrics.PARTITIONS_REVOKED.labels(group).inc(len(revoked))
+        PROBES.set(f"group {group}", False, "rebalancing")
         if self.paused_at is None:
             self.paused_at = time.monotonic()
         if self.taking is not None:
@@ -252,6 +255,7 @@ class _Revocations(ConsumerRebalanceListener):
                  self.lane.transactions.group_id, len(assigned), len(kept), len(fresh),
                  len(back) - len(kept))
         group = self.lane.transactions.group_id
+        PROBES.set(f"group {group}", True, f"joined: {len(assigned)} partitions")
         if self.paused_at is not None:
             metrics.REBALANCE_PAUSE.labels(group).observe(time.monotonic() - self.paused_at)
             self.paused_at = None

@@ -16,18 +16,22 @@ dead-letter record in the same transaction; the partition moves on.
 from __future__ import annotations
 
 import asyncio
+import logging
 
+from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
 from kip.models.manifest import Manifest
 from kip.models.registry import Registry
 from kip.models.staging import Stager, serving_stager
 from kip.models.signing import configured_trust
-from kip.runtime import allocator, collector, metrics, probes
+from kip.runtime import allocator, collector, metrics
+from kip.runtime.probes import PROBES, keep_beating
 from kip.schemas.codec import encode, headers, now_ms
 from kip.schemas.messages import PRIORITIES, Priority
 from kip.workers.answers import Answering, answer
 from kip.workers.batching import by_class, next_batch
+from kip.workers.gpu_metrics import keep_sampling
 from kip.workers.health import HEALTH
 from kip.workers.lane import Lane, open_lane
 from kip.workers.endings import ended, ran_inference
@@ -36,9 +40,12 @@ from kip.schemas.releases import Releases
 from kip.transport.membership import leave
 from kip.workers.preload import preload
 from kip.workers.priority import Prioritizer, backlog_by_class
+from kip.workers.session import CUDA
 from kip.workers.sessions import Sessions
 from kip.workers.settings import WorkerSettings
 from kip.workers.telemetry import Throughput, report, worker_id
+
+log = logging.getLogger("kip.worker")
 
 
 class Worker:
@@ -72,7 +79,11 @@ class Worker:
                                 [work[Priority.INTERACTIVE]], self.sealing),
                       open_lane(self.settings, self.model, "",
                                 [work[Priority.STANDARD], work[Priority.BATCH]], self.sealing)]
-        await self.sessions.get(self.model, self.served.version)
+        PROBES.expect("broker", "model", *(f"group {lane.transactions.group_id}"
+                                           for lane in self.lanes))
+        session = await self.sessions.get(self.model, self.served.version)
+        PROBES.set("model", True, f"{self.model}@{self.served.version} loaded and warmed up "
+                                  f"({session.provider})")
         self.producer = self.settings.kafka.producer(client_id=f"kip-worker-{self.model}")
         await self.producer.start()
         for lane in self.lanes:
@@ -88,6 +99,9 @@ class Worker:
             asyncio.create_task(preload(self.settings.kafka, self.settings.names, self.model,
                                         self.sessions, self.releases),
                                 name=f"kip-preload-{self.model}")]
+        if session.provider == CUDA:   # NVML's gauges: workers/gpu_metrics.py
+            self._tasks.append(asyncio.create_task(
+                keep_sampling(self.settings.telemetry_interval_s), name="kip-gpu-metrics"))
 
     def _cached_to_keep(self) -> set[str]:
         """The versions the model cache never evicts: loaded (the served one stays), or
@@ -100,6 +114,7 @@ class Worker:
         close each lane and, as a static member, leave its group at once."""
         tasks, self._tasks = self._tasks, []
         self._draining = True
+        PROBES.set("model", False, "stopping: draining what was pulled")
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -223,7 +238,6 @@ class Worker:
         refused; and versions unused for ``unload_after_s`` unloaded."""
         keep = {f"{self.model}@{self.served.version}"}
         while True:
-            probes.mark(self.settings.home, probes.ALIVE)
             self.sessions.unload_idle(self.settings.unload_after_s, keep)
             sessions = list(self.sessions.loaded.values())
             backlog: dict[Priority, int] = {}
@@ -232,9 +246,25 @@ class Worker:
             message = report(self.id, self.model, [s.manifest.version for s in sessions],
                              sessions[0].provider if sessions else "", self.throughput,
                              backlog, now_ms(), self.sessions.refused)
-            await self.producer.send_and_wait(self.settings.names.telemetry, encode(message),
-                                              key=self.id.encode(), headers=headers(message))
+            await self._publish_telemetry(message)
             await asyncio.sleep(self.settings.telemetry_interval_s)
+
+    async def _publish_telemetry(self, message) -> None:
+        """Publish one report. One that cannot be written (broker unreachable, telemetry
+        refused) leaves the worker serving what it pulls, but not ready: the pipelines,
+        hearing nothing, stop sending it work within ``STALE_AFTER_MS``
+        (pipeline/capacity.py), and the operator sees why on /readyz and in
+        ``kip_telemetry_failures_total``."""
+        try:
+            await asyncio.wait_for(self.producer.send_and_wait(
+                self.settings.names.telemetry, encode(message), key=self.id.encode(),
+                headers=headers(message)), self.settings.telemetry_interval_s * 5)
+        except (KafkaError, TimeoutError) as err:
+            metrics.TELEMETRY_FAILURES.inc()
+            PROBES.set("broker", False, f"telemetry not written: {err!r}"[:300])
+            log.warning("telemetry not written: %r", err)
+        else:
+            PROBES.set("broker", True, "telemetry written")
 
 
 def _served(model: str, stager: Stager) -> Manifest:
@@ -250,11 +280,11 @@ def _served(model: str, stager: Stager) -> Manifest:
 async def run(settings: WorkerSettings) -> None:
     """Run one worker until cancelled (SIGINT/SIGTERM in ``kip worker``)."""
     metrics.serve(settings.metrics_port, settings.metrics_host)
-    async with Worker(settings) as worker:
-        collector.settle()   # once started: runtime/collector.py
-        allocator.keep_freed()   # runtime/allocator.py
-        probes.mark(settings.home, probes.READY)
-        try:
+    beating = asyncio.create_task(keep_beating(), name="kip-beat")
+    try:
+        async with Worker(settings) as worker:
+            collector.settle()   # once started: runtime/collector.py
+            allocator.keep_freed()   # runtime/allocator.py
             await worker.wait()
-        finally:
-            probes.clear(settings.home, probes.READY)
+    finally:
+        beating.cancel()

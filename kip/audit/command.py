@@ -48,6 +48,9 @@ def add_command(sub) -> None:
     verify.add_argument("--until", help="Unix ms or an age (default: the topic's end)")
     verify.add_argument("--keys", type=Path, help="trusted public keys (default "
                         "KIP_RESULT_PUBLIC_KEYS_FILE)")
+    verify.add_argument("--every", type=float, metavar="S", help="verify again every S "
+                        "seconds over the last --since (an age), serving the result as "
+                        "gauges on KIP_METRICS_PORT (kip/audit/watch.py)")
     verify.set_defaults(func=_verify)
     pseudonym = actions.add_parser("pseudonym", help="the pseudonym audit records give a "
                                    "tenant or key id (KIP_AUDIT_PSEUDONYM_KEY_FILE)")
@@ -75,6 +78,21 @@ def _context():
 
     settings = KipSettings()
     return settings.kafka, TopicNames(settings.topic_prefix), now_ms()
+
+
+def _keep_verifying(args, kafka, names, verifier, now: int) -> int:
+    from kip.audit.watch import keep_verifying
+    from kip.cli import run_until_signal
+    from kip.runtime import metrics
+    from kip.runtime.settings import KipSettings
+
+    settings = KipSettings()
+    if not settings.metrics_port:
+        raise SystemExit("kip audit verify --every serves gauges: set KIP_METRICS_PORT")
+    metrics.serve(settings.metrics_port, settings.metrics_host)
+    window_ms = now - since_ms(args.since if args.since != "0" else "1h", now)
+    run_until_signal(keep_verifying(kafka, names, verifier, window_ms, args.every))
+    return 0
 
 
 def _warn(problem: str) -> None:
@@ -135,6 +153,8 @@ def _verify(args) -> int:
 
     kafka, names, now = _context()
     trusted = keys.result_keys(args.keys or KipSettings().result_public_keys_file)
+    if args.every:
+        return _keep_verifying(args, kafka, names, trusted.verifier(), now)
     until = since_ms(args.until, now) if args.until else None
     summary = asyncio.run(verify(kafka, names, trusted.verifier(),
                                  since_ms(args.since, now), until))

@@ -23,6 +23,7 @@ from prometheus_client import Gauge
 from kip.pipeline.capacity import CapacityView
 from kip.pipeline.control import apply_telemetry
 from kip.pipeline.follower import TopicFollower
+from kip.runtime.probes import PROBES, keep_beating
 from kip.scaling.estimate import EndHistory, Sizing, demand, desired_workers
 from kip.scaling.settings import ScalingSettings
 from kip.schemas.codec import now_ms
@@ -180,17 +181,23 @@ async def serve(settings: ScalingSettings) -> None:
 
 
 async def run(signal: ScalingSignal, interval_s: float) -> None:
-    """Poll every ``interval_s`` until cancelled, following telemetry meanwhile."""
+    """Poll every ``interval_s`` until cancelled, following telemetry meanwhile. Ready
+    (/readyz) while the last poll read the lag; a failed poll keeps the gauges."""
+    PROBES.expect("lag read")
     await signal.start()
-    following = asyncio.create_task(signal.telemetry.run(), name="kip-scaling-telemetry")
+    tasks = [asyncio.create_task(signal.telemetry.run(), name="kip-scaling-telemetry"),
+             asyncio.create_task(keep_beating(), name="kip-beat")]
     try:
         while True:
             try:
                 await signal.poll()
+                PROBES.set("lag read", True, "the last poll read every model's lag")
             except KafkaError as err:   # the next poll tries again; the gauges stay
                 log.error("reading lag failed: %r", err)
+                PROBES.set("lag read", False, f"the last poll failed: {err!r}"[:300])
             await asyncio.sleep(interval_s)
     finally:
-        following.cancel()
-        await asyncio.gather(following, return_exceptions=True)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await signal.stop()

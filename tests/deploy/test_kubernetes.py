@@ -147,3 +147,36 @@ def test_pipelines_split_by_class_and_nothing_starts_a_broker(rendered):
     assert {"kip-keys", "kip-access", "kip-kafka-ca", "kip-kafka-pipeline",
             "kip-model-store"} <= secrets
     assert all(d["metadata"]["namespace"] == "kip" for d in rendered)
+
+
+def test_every_process_is_probed_on_its_metrics_port(rendered):
+    for name, deployment in _of(rendered, "Deployment").items():
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz",
+                                                         "port": "metrics"}, name
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz",
+                                                          "port": "metrics"}, name
+
+
+@pytest.fixture(scope="module")
+def monitoring() -> list[dict]:
+    try:
+        kustomize = kustomize_binary()
+    except ToolUnavailable as err:
+        pytest.skip(str(err))
+    out = subprocess.run([str(kustomize), "build", str(repo_root() / "deploy" / "monitoring")],
+                         capture_output=True, text=True, check=True, timeout=60)
+    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+
+
+def test_the_alert_rules_and_dashboard_ship_as_config_maps(monitoring):
+    for doc in monitoring:
+        _validate(doc)
+    maps = _of(monitoring, "ConfigMap")
+    root = repo_root() / "deploy" / "monitoring"
+    assert maps["kip-prometheus-rules"]["data"]["alerts.yml"] == \
+        (root / "prometheus" / "alerts.yml").read_text()
+    dashboard = maps["kip-grafana-dashboard"]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["data"]["kip.json"] == (root / "grafana" / "dashboards" / "kip.json").read_text()
+    assert all(d["metadata"]["namespace"] == "monitoring" for d in monitoring)

@@ -111,7 +111,7 @@ async def _first_result(s: DevStack, kip: KipClient, model: str, inputs: dict) -
     for _ in range(WARMUP_TIMEOUT_S // 5):
         s.check_services()
         try:
-            result = await kip.infer(model, inputs, timeout_s=5)
+            result = await kip.infer(model, inputs, timeout_s=5, retry_s=5)
         except TimeoutError:
             continue
         assert result.status == "ok", result

@@ -48,7 +48,7 @@ async def _warm_up(stack: DevStack) -> None:
         for _ in range(24):
             stack.check_services()
             try:
-                result = await client.infer("digits", PIXELS, timeout_s=5)
+                result = await client.infer("digits", PIXELS, timeout_s=5, retry_s=5)
             except TimeoutError:
                 continue
             assert result.status == Status.OK, result

@@ -9,12 +9,14 @@ import pytest
 from kip.client import KipClient
 from kip.models.registry import Registry
 from kip.pipeline.access import AccessConfig, ApiKey, TenantPolicy
+from kip.pipeline.capacity import CapacityView
 from kip.pipeline.decide import decide
 from kip.pipeline.decisions import Context, Decision, Origin
 from kip.pipeline.routing import Router
 from kip.schemas.codec import REQUEST_ID_HEADER
 from kip.schemas.deadletter import hints
 from kip.schemas.envelopes import envelope
+from kip.schemas.messages import WorkerTelemetry
 from kip.schemas.result_signatures import request_sha256
 from kip.topics.catalogue import catalogue
 from kip.topics.names import TopicNames
@@ -49,9 +51,25 @@ def small_registry(tmp_path) -> Registry:
 
 @pytest.fixture
 def ctx(access, small_registry) -> Context:
+    """A context in which each of the catalogue's models has one live worker whose
+    throughput is not yet known (so no wait estimate): admission fails closed without
+    one (pipeline/decide.py)."""
     names = TopicNames("kip")
-    topics = {s.name for s in catalogue(names, ["digits", "digits-small", "tiny"])}
-    return Context(access, Router(small_registry), names, NOW_MS, topics=frozenset(topics))
+    models = ["digits", "digits-small", "tiny"]
+    topics = {s.name for s in catalogue(names, models)}
+    context = Context(access, Router(small_registry), names, NOW_MS, topics=frozenset(topics))
+    for model in models:
+        report_live(context.capacity, model)
+    return context
+
+
+def report_live(capacity: CapacityView, model: str, requests_per_s: float = 0.0,
+                backlog: dict | None = None, worker: str = "w1") -> None:
+    """One worker of ``model`` reporting at ``NOW_MS``."""
+    capacity.update(f"{model}.{worker}", WorkerTelemetry(
+        worker_id=f"{model}.{worker}", model=model, versions=[], provider="cpu",
+        requests_per_s=requests_per_s, backlog=backlog or {}, memory_rss_bytes=1,
+        at_ms=NOW_MS))
 
 
 def signer(tenant: str = "acme", key_id: str = "acme-k1", secret: str = "acme-secret",

@@ -221,6 +221,39 @@ def test_an_overloaded_model_degrades_to_its_fallback(ctx, small_registry, tmp_p
         d.result.error.message and d.result.error.retry_after_ms > 0
 
 
+def test_a_model_with_no_live_worker_fails_closed_until_one_reports(ctx):
+    """No worker has reported (all stopped, or their telemetry lost): the request ends
+    MODEL_UNAVAILABLE at once, retriable, instead of waiting in a topic nobody reads."""
+    ctx.capacity.update("digits.w1", None)
+    request = signer().request("digits", PIXELS, priority="interactive", issued_at_ms=NOW_MS)
+    d = _rejected(decide(_payload(request), _origin("interactive"), ctx), "MODEL_UNAVAILABLE")
+    assert "no live worker of digits" in d.result.error.message
+    assert d.result.error.retry_after_ms == 1000
+    stale = _telemetry("digits", 100, 0).model_copy(update={"at_ms": NOW_MS - 5_000})
+    ctx.capacity.update("w", stale)
+    again = signer().request("digits", PIXELS, priority="interactive", issued_at_ms=NOW_MS)
+    _rejected(decide(_payload(again), _origin("interactive"), ctx), "MODEL_UNAVAILABLE")
+    ctx.capacity.update("w", _telemetry("digits", 100, 0))
+    third = signer().request("digits", PIXELS, priority="interactive", issued_at_ms=NOW_MS)
+    assert isinstance(decide(_payload(third), _origin("interactive"), ctx), Forward)
+
+
+def test_a_model_with_no_live_worker_degrades_to_a_live_fallback(ctx, small_registry,
+                                                                  tmp_path):
+    artifact = tmp_path / "small.onnx"
+    artifact.write_bytes(b"small")
+    mv = small_registry.publish(artifact, DIGITS_MANIFEST | {"name": "digits-small"}, {})
+    small_registry.set_alias("digits-small", f"digits-small@{mv.manifest.version}")
+    ctx = replace(ctx, fallbacks={"digits": "digits-small"})
+    ctx.capacity.update("digits.w1", None)
+    request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
+    d = decide(_payload(request), _origin(), ctx)
+    assert isinstance(d, Forward) and d.topic == "kip.work.digits-small.standard"
+    ctx.capacity.update("digits-small.w1", None)
+    again = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
+    _rejected(decide(_payload(again), _origin(), ctx), "MODEL_UNAVAILABLE")
+
+
 def test_a_model_without_work_topics_is_not_found_instead_of_stalling(ctx):
     request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
     d = _rejected(decide(_payload(request), _origin(), replace(ctx, topics=frozenset())),
@@ -240,6 +273,7 @@ def test_a_version_every_worker_refused_to_load_is_not_routed_to(ctx, small_regi
     refusing = _telemetry("digits", 100, 0).model_copy(update={
         "refused": {version: f"MODEL_UNAVAILABLE: digits@{version} needs an estimated 8 MiB; "
                              "budget 4 MiB"}})
+    ctx.capacity.update("digits.w1", None)   # the fixture's worker could load it
     ctx.capacity.update("w", refusing)
     request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
     d = _rejected(decide(_payload(request), _origin(), ctx), "MODEL_UNAVAILABLE")

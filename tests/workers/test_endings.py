@@ -73,6 +73,8 @@ def test_poisoned_request_fails_with_its_code_and_a_dead_letter_with_its_origin(
     assert (dead.origin_topic, dead.origin_partition, dead.origin_offset) == \
         ("t.work.digits.standard", 2, 41)
     assert dead.request_id == item.request.request_id
+    trace = item.request.traceparent
+    assert trace and [o.traceparent for o in outputs] == [trace] * 3   # the dead letter too
 
 
 def test_a_defect_in_inference_is_internal_not_a_crash():
