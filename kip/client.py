@@ -32,25 +32,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from kip.runtime import keys
-from kip.runtime.settings import KipSettings
-from kip.schemas.codec import REQUEST_ID_HEADER, decode, encode, headers, now_ms
+from kip.client_results import ResultCheck, results_since, verifier_of
+from kip.client_messages import (Inputs, cancel_message, retry_wait_s, send_trace,
+                                 to_tensors)
+from kip.runtime import tracing
+from kip.schemas.codec import REQUEST_ID_HEADER, encode, headers, now_ms
 from kip.schemas.envelopes import envelope
-from kip.schemas.errors import InvalidRequest, error_for_code
-from kip.schemas.messages import InferenceRequest, InferenceResult, Priority, Status
-from kip.schemas.result_signatures import ResultKeys, ResultVerifier, request_sha256
+from kip.schemas.messages import InferenceRequest, InferenceResult, Priority
+from kip.schemas.result_signatures import ResultKeys, request_sha256
 from kip.schemas.signing import sign
-from kip.schemas.tensors import Tensor
 from kip.transport.clients import HOT_PATH_FETCH_MAX_WAIT_MS, KafkaConnection
 from kip.transport.aiokafka_adapter import refresh_metadata
 from kip.transport.fetch_waits import wait_long_when_whole
 from kip.topics.names import TopicNames
-from kip.transport.reading import assign_all, reached, reader_to_end, seek_to_time
+from kip.transport.reading import assign_all
 
-Inputs = list[Tensor] | Mapping[str, np.ndarray | list[str]]
 log = logging.getLogger("kip.client")
 
 
@@ -58,6 +56,7 @@ log = logging.getLogger("kip.client")
 class _Pending:
     future: asyncio.Future[InferenceResult]
     digest: str   # sha256 of the message sent: the one a result must name
+    priority: str | None = None   # a request's class, where this client sent it
 
 
 class KipClient:
@@ -91,7 +90,7 @@ class KipClient:
         self.reply_to = reply_to
         self.request_partition = request_partition
         self._result_keys = result_keys
-        self._verifier: ResultVerifier | None = None
+        self._results: ResultCheck | None = None   # once started
         self._pending: dict[str, _Pending] = {}
         self.unmatched = 0   # results for requests this client is not waiting for
         self.refused = 0     # results under a pending id that failed a check
@@ -112,14 +111,16 @@ class KipClient:
             raise
 
     async def _start(self) -> None:
-        self._verifier = _verifier(self._result_keys)
+        tracing.configure("kip-client")
+        self._results = ResultCheck(verifier_of(self._result_keys))
         self._producer = await self._start_producer(linger_ms=0)
         self._bulk_producer = await self._start_producer(linger_ms=self.bulk_linger_ms)
         self._consumer = self.kafka.consumer(   # results come on any partition
             group_id=None, fetch_max_wait_ms=HOT_PATH_FETCH_MAX_WAIT_MS)
         await self._consumer.start()
         wait_long_when_whole(self._consumer)   # transport/fetch_waits.py
-        self.listening_on = self.reply_to or await self._default_reply_topic()
+        self.listening_on = self._results.topic = (self.reply_to
+                                                   or await self._default_reply_topic())
         await self._listen_from_now(self.listening_on)
         self._reader = asyncio.create_task(self._read_results(), name="kip-client-results")
         self._reader.add_done_callback(self._reader_ended)
@@ -146,14 +147,14 @@ class KipClient:
                 deadline_ms: int | None = None, request_id: str | None = None,
                 issued_at_ms: int | None = None) -> InferenceRequest:
         """A signed request (not yet sent)."""
-        tensors = _tensors(inputs)
+        tensors = to_tensors(inputs)
         fields = dict(request_id=request_id or os.urandom(16).hex(), tenant=self.tenant,
                       key_id=self.key_id, issued_at_ms=issued_at_ms or now_ms(),
                       priority=Priority(priority).value, model=model, deadline_ms=deadline_ms,
                       reply_to=self.reply_to)
         signature = sign(self._secret, **fields, inputs=tensors)
         return InferenceRequest(**fields, signature=signature, inputs=tensors,
-                                traceparent=_new_traceparent())
+                                traceparent=send_trace(self.names, fields))
 
     async def submit(self, request: InferenceRequest,
                      on_delivered: Callable[[], None] | None = None,
@@ -167,6 +168,7 @@ class KipClient:
         value = encode(request)
         digest = request_sha256(value)
         fut = self.expect_digest(request.request_id, digest)
+        self._pending[request.request_id].priority = request.priority
         if on_sending is not None:
             on_sending(digest)
         delivery = await self._publish(request, value, digest)
@@ -186,11 +188,39 @@ class KipClient:
                        ) -> asyncio.Future:
         producer = (self._producer if request.priority == Priority.INTERACTIVE
                     else self._bulk_producer)
-        topic = self.names.requests(request.priority)
-        sealed = [*headers(request, request.traceparent), envelope(
-            self._secret, self.key_id, topic, request.tenant, request.request_id, digest)]
-        return await producer.send(topic, value, key=request.tenant.encode(), headers=sealed,
+        return await self._sealed(producer, self.names.requests(request.priority), request,
+                                  request.request_id, value, digest)
+
+    async def _sealed(self, producer: AIOKafkaProducer, topic: str, message, message_id: str,
+                      value: bytes, digest: str) -> asyncio.Future:
+        """Send ``message`` (a request or a cancel) with its envelope, keyed by tenant."""
+        sealed = [*headers(message, message.traceparent), envelope(
+            self._secret, self.key_id, topic, self.tenant, message_id, digest)]
+        return await producer.send(topic, value, key=self.tenant.encode(), headers=sealed,
                                    partition=self.request_partition)
+
+    async def cancel(self, request_id: str, *, priority: Priority | str | None = None,
+                     request_tenant: str | None = None, timeout_s: float = 30.0
+                     ) -> InferenceResult:
+        """Cancel request ``request_id`` (this client's, pending: its class is known;
+        else give ``priority``). Returns the cancel's acknowledgement: ``ok`` when kip took
+        it (the request then ends ``cancelled`` unless it had run, in which case its result
+        stands), ``rejected`` with why (only the request's own tenant may cancel it)."""
+        pending = self._pending.get(request_id)
+        priority = priority or (pending.priority if pending is not None else None)
+        if priority is None:
+            raise ValueError(f"request {request_id} is not pending here: give its priority")
+        message = cancel_message(self._secret, self.tenant, self.key_id, request_id,
+                                 request_tenant or self.tenant, self.reply_to)
+        value = encode(message)
+        digest = request_sha256(value)
+        fut = self.expect_digest(message.cancel_id, digest)
+        try:
+            await self._sealed(self._producer, self.names.requests(priority), message,
+                               message.cancel_id, value, digest)
+            return await asyncio.wait_for(fut, timeout_s)
+        finally:
+            self._pending.pop(message.cancel_id, None)
 
     async def send_raw(self, topic: str, value: bytes | None, key: bytes | None = None,
                        headers: list | None = None, *, sealed: bool = False,
@@ -246,29 +276,8 @@ class KipClient:
         end, for the request ids in ``digests`` (id -> sha256 of the message sent): what
         kip answered while nobody listened (a batch job's resume). Each is checked as a
         live one is: the deployment's signature, the id and the digest."""
-        consumer = reader_to_end(self.kafka)
-        await consumer.start()
-        try:
-            tps = await assign_all(consumer, self.listening_on, what="reply topic")
-            ends = await seek_to_time(consumer, tps, since_ms)
-            return await self._collect(consumer, ends, digests)
-        finally:
-            await consumer.stop()
-
-    async def _collect(self, consumer, ends, digests: Mapping[str, str]
-                       ) -> dict[str, InferenceResult]:
-        found: dict[str, InferenceResult] = {}
-        while not await reached(consumer, ends):
-            for records in (await consumer.getmany(timeout_ms=500)).values():
-                for record in records:
-                    request_id = record.key.decode("utf-8", "replace") if record.key else ""
-                    if request_id not in digests or request_id in found:
-                        continue
-                    checked = self._check(record, request_id,
-                                          _Pending(None, digests[request_id]))
-                    if not isinstance(checked, str):
-                        found[request_id] = checked
-        return found
+        return await results_since(self.kafka, self.listening_on, self._results, digests,
+                                   since_ms)
 
     async def infer(self, model: str, inputs: Inputs, *, priority: Priority | str = "standard",
                     deadline_ms: int | None = None, timeout_s: float = 30.0,
@@ -280,7 +289,7 @@ class KipClient:
         give_up = asyncio.get_running_loop().time() + retry_s
         while True:
             result = await self._infer_once(model, inputs, priority, deadline_ms, timeout_s)
-            wait_s = _retry_wait_s(result)
+            wait_s = retry_wait_s(result)
             if wait_s is None or asyncio.get_running_loop().time() + wait_s > give_up:
                 return result
             await asyncio.sleep(wait_s)
@@ -349,7 +358,7 @@ class KipClient:
         if pending is None or pending.future.done():
             self.unmatched += 1   # another client's, a duplicate, or too late
             return
-        problem = self._check(record, request_id, pending)
+        problem = self._results.check(record, request_id, pending.digest)
         if isinstance(problem, str):
             self.refused += 1
             log.warning("refused a result under pending request %s: %s", request_id, problem)
@@ -357,55 +366,8 @@ class KipClient:
         del self._pending[request_id]
         pending.future.set_result(problem)
 
-    def _check(self, record, request_id: str, pending: _Pending) -> InferenceResult | str:
-        """The result, if it answers ``pending``; else what is wrong with it."""
-        if record.topic != self.listening_on:
-            return f"it came from {record.topic}, not {self.listening_on}"
-        if not self._verifier.valid(record.value, record.headers):
-            return "no valid signature by a deployment result key"
-        try:
-            result = decode(InferenceResult, record.value)
-        except InvalidRequest as err:
-            return f"malformed: {err.message[:200]}"
-        if result.request_id != request_id or result.request_sha256 != pending.digest:
-            return "it answers another message under this id (a replay or a forgery)"
-        return result
-
-
-def _verifier(given: ResultKeys | Mapping[str, str] | Path | None) -> ResultVerifier:
-    if isinstance(given, ResultKeys):
-        return given.verifier()
-    if isinstance(given, Mapping):
-        return ResultKeys(keys=dict(given)).verifier()
-    return keys.result_keys(given or KipSettings().result_public_keys_file).verifier()
-
 
 def _fail_if_undelivered(delivery: asyncio.Future, result: asyncio.Future) -> None:
     if not result.done() and (delivery.cancelled() or delivery.exception() is not None):
         result.set_exception(ConnectionError(f"the request was not delivered to Kafka: "
                                              f"{delivery.exception() or 'cancelled'}"))
-
-
-def _tensors(inputs: Inputs) -> list[Tensor]:
-    if isinstance(inputs, list):
-        return inputs
-    out = []
-    for name, value in inputs.items():
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            out.append(Tensor.text(name, value))
-        else:
-            out.append(Tensor.from_array(name, np.asarray(value)))
-    return out
-
-
-def _new_traceparent() -> str:
-    return f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"
-
-
-def _retry_wait_s(result: InferenceResult) -> float | None:
-    """Seconds to wait before sending a rejected request again; None: do not."""
-    error = result.error
-    if (result.status != Status.REJECTED or error is None or error.retry_after_ms is None
-            or not error_for_code(error.code).retriable):
-        return None
-    return max(error.retry_after_ms, 10) / 1000

@@ -8,7 +8,7 @@ import asyncio
 
 from kip.pipeline.access import AccessConfig
 from kip.pipeline.control import ControlState, publish_control, quota_record
-from kip.pipeline.follower import TopicFollower
+from kip.runtime.follower import TopicFollower
 from kip.pipeline.quota import Limit, TenantQuota
 from kip.topics.acls import tenant_principal
 from kip.transport.clients import KafkaConnection

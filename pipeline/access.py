@@ -26,8 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from kip.runtime.files import read_model
 from kip.schemas.errors import Forbidden, Unauthenticated
-from kip.schemas.messages import InferenceRequest, Priority
-from kip.schemas.signing import signature_matches
+from kip.schemas.messages import CancelRequest, InferenceRequest, Priority
+from kip.schemas.signing import cancel_signature_matches, signature_matches
 
 DEFAULT_REPLAY_WINDOW_MS = 5 * 60 * 1000
 
@@ -92,20 +92,42 @@ class AccessConfig(BaseModel):
 def authenticate(request: InferenceRequest, access: AccessConfig, now_ms: int,
                  replay_window_ms: int = DEFAULT_REPLAY_WINDOW_MS) -> None:
     """Raise ``Unauthenticated`` unless the request is signed by a key of its tenant."""
-    key = access.keys.get(request.key_id)
-    if key is None or key.tenant != request.tenant:
-        raise Unauthenticated(f"unknown key id '{request.key_id}' for tenant '{request.tenant}'")
-    if abs(now_ms - request.issued_at_ms) > replay_window_ms:
-        raise Unauthenticated(f"issued_at_ms is {(now_ms - request.issued_at_ms) / 1000:.0f}s "
-                              f"from now; the replay window is ±{replay_window_ms // 1000}s")
+    secret = _signing_secret(request.key_id, request.tenant, request.issued_at_ms, access,
+                             now_ms, replay_window_ms)
     ok = signature_matches(
-        key.secret.get_secret_value().encode(), request.signature,
+        secret, request.signature,
         request_id=request.request_id, tenant=request.tenant, key_id=request.key_id,
         issued_at_ms=request.issued_at_ms, priority=request.priority,
         model=request.model, deadline_ms=request.deadline_ms, reply_to=request.reply_to,
         inputs=request.inputs)
     if not ok:
         raise Unauthenticated("the signature does not match the request")
+
+
+def authenticate_cancel(cancel: CancelRequest, access: AccessConfig, now_ms: int,
+                        replay_window_ms: int = DEFAULT_REPLAY_WINDOW_MS) -> None:
+    """Raise ``Unauthenticated`` unless the cancel is signed by a key of its tenant."""
+    secret = _signing_secret(cancel.key_id, cancel.tenant, cancel.issued_at_ms, access,
+                             now_ms, replay_window_ms)
+    if not cancel_signature_matches(
+            secret, cancel.signature, cancel_id=cancel.cancel_id, tenant=cancel.tenant,
+            key_id=cancel.key_id, issued_at_ms=cancel.issued_at_ms,
+            request_id=cancel.request_id, request_tenant=cancel.request_tenant,
+            reply_to=cancel.reply_to):
+        raise Unauthenticated("the signature does not match the cancel")
+
+
+def _signing_secret(key_id: str, tenant: str, issued_at_ms: int, access: AccessConfig,
+                    now_ms: int, replay_window_ms: int) -> bytes:
+    """The secret of ``key_id``, a key of ``tenant``, for a message issued within the
+    replay window; else ``Unauthenticated``."""
+    key = access.keys.get(key_id)
+    if key is None or key.tenant != tenant:
+        raise Unauthenticated(f"unknown key id '{key_id}' for tenant '{tenant}'")
+    if abs(now_ms - issued_at_ms) > replay_window_ms:
+        raise Unauthenticated(f"issued_at_ms is {(now_ms - issued_at_ms) / 1000:.0f}s "
+                              f"from now; the replay window is ±{replay_window_ms // 1000}s")
+    return key.secret.get_secret_value().encode()
 
 
 def may_use(access: AccessConfig, tenant: str, model: str) -> bool:

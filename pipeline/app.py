@@ -42,18 +42,19 @@ from kip.pipeline.intake import CheckedEnvelopes, Screen, UnsignedAllowance, she
 from kip.pipeline.refusals import refuse_undecodable
 from kip.pipeline.faust_adapter import TransactionalConsumer
 from kip.pipeline.readiness import agent_condition, watch
-from kip.pipeline.follower import TopicFollower
+from kip.runtime.follower import TopicFollower
 from kip.pipeline.known_topics import KnownTopics
 from kip.pipeline.quota import Ledger, apply_levels, dump_levels
 from kip.pipeline.replays import SeenRequests
 from kip.pipeline.rounds import rounds
 from kip.pipeline.routing import serving_router
 from kip.pipeline.settings import PipelineSettings
+from kip.pipeline.spans import traced
 from kip.pipeline.work_placement import WorkPlacement
-from kip.runtime import allocator, collector, metrics
+from kip.runtime import allocator, collector, metrics, tracing
 from kip.runtime.files import private_dir
 from kip.runtime.probes import PROBES
-from kip.schemas.codec import now_ms
+from kip.schemas.codec import TRACE_HEADER, now_ms
 from kip.schemas.errors import Internal
 from kip.schemas.messages import Priority
 from kip.schemas.result_signatures import request_sha256
@@ -221,13 +222,7 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
 
     async def admit(stream):
         known_topics = state.known_topics.shared()
-        transactions = PartitionTransactions(   # this agent's partitions only
-            settings.kafka, app.conf.id,
-            transaction_timeout_ms(settings.session_timeout_ms),
-            owned=lambda tp: tp in app.consumer.assignment(),
-            any_partition=settings.names.any_partition,
-            chaining=state.sealing.chaining(settings.names.audit),
-            keep_begun=priority == Priority.INTERACTIVE)
+        transactions = _agent_transactions(app, state, priority)
         placement = WorkPlacement.of_class(priority)
         app.consumer.screen = state.screen   # sheds before the stream: pipeline/faust_adapter.py
         _follow_assignment(app, state, transactions, topic)
@@ -244,6 +239,7 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
                 state.large_messages.read(len(e.message.value or b"") for e in events)
                 ctx = state.context(await known_topics.current(), known_topics, placement)
                 decisions = await decide_round(events, ctx)
+                decisions = traced(events, decisions, ctx.now_ms, app.conf.id, state.sealing)
                 await publish(transactions, state, events, decisions)
         except Exception as exc:
             # Offsets of the failed round are not committed: a restart replays it.
@@ -256,6 +252,18 @@ def _admit_agent(app: faust.App, state: PipelineState, priority: Priority):
             await known_topics.close()
             await transactions.close()
     return admit
+
+
+def _agent_transactions(app: faust.App, state: PipelineState, priority: Priority
+                        ) -> PartitionTransactions:
+    """The transactions of one agent's partitions (none of another agent's)."""
+    settings = state.settings
+    return PartitionTransactions(
+        settings.kafka, app.conf.id, transaction_timeout_ms(settings.session_timeout_ms),
+        owned=lambda tp: tp in app.consumer.assignment(),
+        any_partition=settings.names.any_partition,
+        chaining=state.sealing.chaining(settings.names.audit),
+        keep_begun=priority == Priority.INTERACTIVE)
 
 
 def _follow_assignment(app: faust.App, state: PipelineState,
@@ -294,8 +302,9 @@ def decide_safely(payload: bytes, origin: Origin, ctx: Context) -> Decision:
     try:
         return decide(payload, origin, ctx)
     except Exception as exc:
-        log.exception("decide() failed on %s[%d]@%d", origin.topic, origin.partition,
-                      origin.offset)
+        log.exception("decide() failed on %s[%d]@%d (trace_id %s)", origin.topic,
+                      origin.partition, origin.offset,
+                      tracing.trace_id(origin.header(TRACE_HEADER)))
         return refuse_undecodable(payload, origin, Internal(f"pipeline defect: {exc!r}"), ctx,
                            request_sha256(payload))
 
@@ -348,6 +357,7 @@ def run(settings: PipelineSettings) -> None:
     if settings.nice:
         os.nice(settings.nice)
     allocator.pin_mmap_threshold()   # before anything is read: runtime/allocator.py
+    tracing.configure("kip-pipeline")   # where OTEL_* asks: runtime/tracing.py
     brokers = asyncio.run(cluster_brokers(settings.kafka))
     app = create_app(settings, settings.replication(brokers).factor)
     metrics.serve(settings.metrics_port, settings.metrics_host)

@@ -25,6 +25,7 @@ rejection of a replayed copy for it. A forwarded work item is stamped
 from __future__ import annotations
 
 from kip.pipeline.access import authenticate, authorize, may_use
+from kip.pipeline.cancels import decide_cancel, is_cancel
 from kip.pipeline.capacity import NO_WORKER_RETRY_MS, STALE_AFTER_MS
 from kip.pipeline.admission import (check_deadline, check_payload_size, check_request_limits,
                                     check_wait, effective_deadline)
@@ -54,6 +55,8 @@ def decide(payload: bytes, origin: Origin, ctx: Context) -> Decision:
     except KipError as err:   # a duplicate's result names no digest: the first answers
         answers = None if isinstance(err, DuplicateRequest) else digest
         return unparsed(origin, err, ctx, answers, len(payload), sender)
+    if is_cancel(origin):   # a cancel, screened as a request is: pipeline/cancels.py
+        return decide_cancel(payload, origin, ctx, digest, sender)
     try:
         request = decode(InferenceRequest, payload)
     except InvalidRequest as err:

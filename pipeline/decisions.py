@@ -21,8 +21,8 @@ from kip.pipeline.work_placement import WorkPlacement
 from kip.schemas.codec import decode, type_headers
 from kip.schemas.envelopes import Sender
 from kip.schemas.errors import InvalidRequest
-from kip.schemas.messages import (AuditRecord, DeadLetterRecord, InferenceRequest,
-                                  InferenceResult, Priority, WorkItem)
+from kip.schemas.messages import (AuditRecord, CancelNotice, DeadLetterRecord,
+                                  InferenceRequest, InferenceResult, Priority, WorkItem)
 from kip.schemas.endings import Coordinates
 from kip.schemas.stamps import StampKeys
 from kip.topics.names import TopicNames
@@ -94,6 +94,7 @@ class Forward:
     work: bytes   # the stamped work item, encoded (schemas/work_items.py)
     audit: AuditRecord
     partition: int | None = None   # the one its stamp names (pipeline/work_placement.py)
+    span: str | None = None   # the admission span's traceparent, where tracing is on
 
     @property
     def work_item(self) -> WorkItem:
@@ -103,8 +104,10 @@ class Forward:
     def outputs(self, names: TopicNames) -> list[Output | Encoded]:
         trace = self.audit.traceparent
         # keyed by its request id, as key_of keys work items (transport/outputs.py)
+        # the work record carries the admission span's context: the worker's spans are
+        # its children (runtime/tracing.py)
         work = Encoded(self.topic, self.audit.request_id.encode(), self.work,
-                       type_headers(WorkItem, trace), self.partition)
+                       type_headers(WorkItem, self.span or trace), self.partition)
         return [work, Output(names.audit, self.audit, trace)]
 
 
@@ -130,7 +133,24 @@ class Shed:
         return []
 
 
-Decision = Forward | Reject | Shed
+@dataclass(frozen=True)
+class Cancel:
+    """An accepted cancel: its notice for the workers (kip.cancels), its acknowledgement
+    on its sender's reply topic and its final audit record (pipeline/cancels.py)."""
+
+    notice: CancelNotice
+    reply_to: str
+    result: InferenceResult
+    audit: AuditRecord
+
+    def outputs(self, names: TopicNames) -> list[Output]:
+        trace = self.audit.traceparent
+        return [Output(names.cancels, self.notice, trace),
+                Output(self.reply_to, self.result, trace),
+                Output(names.audit, self.audit, trace)]
+
+
+Decision = Forward | Reject | Shed | Cancel
 
 
 def class_of(topic: str, ctx: Context) -> Priority:

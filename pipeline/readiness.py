@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 
+from aiokafka.errors import KafkaError
 from prometheus_client import Gauge
 
 from kip.runtime.probes import PROBES, keep_beating
@@ -31,23 +32,44 @@ def agent_condition(priority: Priority) -> str:
 
 
 def watch(state):
-    """The pipeline's probes task, for ``app.task``: beats, then every ``CHECK_EVERY_S``
-    checks the broker and the views and counts live workers."""
+    """The pipeline's probes task, for ``app.task``: beats, marks the views caught up as
+    they catch up, and every ``CHECK_EVERY_S`` checks the broker and counts live
+    workers."""
     PROBES.expect("broker", "views", *map(agent_condition, state.settings.classes))
 
     async def task() -> None:
-        beating = asyncio.create_task(keep_beating(), name="kip-beat")
+        side = [asyncio.create_task(keep_beating(), name="kip-beat"),
+                asyncio.create_task(_views(state), name="kip-views")]
+        # a connection of its own: a follower's long-polling fetch would hold a metadata
+        # request behind it on a shared one
+        probe = state.settings.kafka.consumer(group_id=None, client_id="kip-readiness")
+        await probe.start()
         try:
             while True:
-                PROBES.set("broker", *await state.followers[0].reachable())
-                behind = [f.topic for f in state.followers if not f.caught_up.is_set()]
-                PROBES.set("views", not behind, f"catching up with {', '.join(behind)}"
-                           if behind else "caught up")
+                PROBES.set("broker", *await reachable(probe))
                 _count_live(state.capacity)
                 await asyncio.sleep(CHECK_EVERY_S)
         finally:
-            beating.cancel()
+            for running in side:
+                running.cancel()
+            await probe.stop()
     return task
+
+
+async def _views(state) -> None:
+    """``views`` turns ready the moment the last view catches up."""
+    PROBES.set("views", False, "catching up with " + ", ".join(f.topic for f in state.followers))
+    await state.ready()
+    PROBES.set("views", True, "caught up")
+
+
+async def reachable(consumer, timeout_s: float = 5.0) -> tuple[bool, str]:
+    """Whether a broker answers a metadata request on ``consumer``'s connection now."""
+    try:
+        await asyncio.wait_for(consumer.topics(), timeout_s)
+    except (KafkaError, TimeoutError) as err:
+        return False, f"no metadata from the cluster: {err!r}"[:300]
+    return True, "metadata answered"
 
 
 _counted: set[str] = set()   # every model once heard of: one whose workers left reads 0

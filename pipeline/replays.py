@@ -66,9 +66,13 @@ class SeenRequests:
                                    "admitted; its first result is its answer")
 
     def admit(self, tp: TopicPartition, request: InferenceRequest) -> None:
-        self._remember(tp, (request.tenant, request.request_id), request.issued_at_ms)
-        entry = [request.tenant, request.request_id, request.issued_at_ms]
-        self.unwritten.setdefault(tp, []).append(entry)
+        self.admit_id(tp, request.tenant, request.request_id, request.issued_at_ms)
+
+    def admit_id(self, tp: TopicPartition, tenant: str, message_id: str,
+                 issued_at_ms: int) -> None:
+        """Admit ``tenant``'s message ``message_id`` (a request's id, or a cancel's)."""
+        self._remember(tp, (tenant, message_id), issued_at_ms)
+        self.unwritten.setdefault(tp, []).append([tenant, message_id, issued_at_ms])
 
     def load(self, tp: TopicPartition, entries: list, now_ms: int) -> None:
         self.partitions.setdefault(tp, {})

@@ -14,8 +14,9 @@ from pydantic import ValidationError
 
 from kip.schemas.errors import InvalidRequest
 from kip.schemas.pydantic_adapter import to_json
-from kip.schemas.messages import (AuditRecord, DeadLetterRecord, InferenceRequest,
-                                  InferenceResult, Message, WorkerTelemetry, WorkItem)
+from kip.schemas.messages import (AuditRecord, CancelNotice, CancelRequest, DeadLetterRecord,
+                                  InferenceRequest, InferenceResult, Message, WorkerTelemetry,
+                                  WorkItem)
 
 M = TypeVar("M", bound=Message)
 
@@ -26,6 +27,8 @@ MESSAGE_TYPES: dict[type[Message], str] = {
     AuditRecord: "audit-record",
     DeadLetterRecord: "dead-letter",
     WorkerTelemetry: "worker-telemetry",
+    CancelRequest: "cancel-request",
+    CancelNotice: "cancel-notice",
 }
 TYPE_HEADER = "kip-type"
 VERSION_HEADER = "kip-schema-version"
@@ -57,6 +60,8 @@ def headers(message: Message, traceparent: str | None = None) -> list[tuple[str,
     if isinstance(message, InferenceRequest):
         out += [(REQUEST_ID_HEADER, message.request_id.encode()),
                 (MODEL_HEADER, message.model.encode())]
+    elif isinstance(message, CancelRequest):
+        out.append((REQUEST_ID_HEADER, message.cancel_id.encode()))
     return out
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kip.schemas.deadletter import dead_letter, fallback_request_id, hints
-from kip.schemas.errors import DeadlineExceeded, KipError
+from kip.schemas.errors import Cancelled, DeadlineExceeded, KipError
 from kip.schemas.messages import (SCHEMA_VERSION, AuditRecord, DeadLetterRecord, ErrorInfo,
                                   InferenceRequest, InferenceResult, Route, Status, Timings)
 from kip.schemas.pydantic_adapter import built
@@ -59,10 +59,12 @@ def error_info(err: KipError) -> ErrorInfo:
 
 
 def status_of(err: KipError | None, otherwise: Status) -> Status:
-    """OK without an error; EXPIRED for a passed deadline; else ``otherwise`` (REJECTED
-    in the pipeline, FAILED in a worker)."""
+    """OK without an error; EXPIRED for a passed deadline; CANCELLED for a cancel; else
+    ``otherwise`` (REJECTED in the pipeline, FAILED in a worker)."""
     if err is None:
         return Status.OK
+    if isinstance(err, Cancelled):
+        return Status.CANCELLED
     return Status.EXPIRED if isinstance(err, DeadlineExceeded) else otherwise
 
 

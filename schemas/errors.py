@@ -102,6 +102,12 @@ class Overloaded(KipError):
     retriable = True
 
 
+class Cancelled(KipError):
+    """Its tenant cancelled the request before it ran: it was not run."""
+
+    code = "CANCELLED"
+
+
 class InferenceFailed(KipError):
     """The model ran but failed or returned something unusable (NaN, wrong row count)."""
 
@@ -119,7 +125,7 @@ _BY_CODE: dict[str, type[KipError]] = {
     cls.code: cls
     for cls in (InvalidRequest, Unauthenticated, Forbidden, DuplicateRequest, ModelNotFound,
                 ModelUnverified, ModelUnavailable, DeadlineExceeded, PayloadTooLarge, QuotaExceeded, Overloaded, InferenceFailed,
-                Internal)
+                Internal, Cancelled)
 }
 
 ERROR_CODES: tuple[str, ...] = tuple(sorted(_BY_CODE))

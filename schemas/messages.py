@@ -62,6 +62,7 @@ class Status(StrEnum):
     REJECTED = "rejected"
     EXPIRED = "expired"
     FAILED = "failed"
+    CANCELLED = "cancelled"   # its tenant cancelled it before it ran
 
 
 class Message(BaseModel):
@@ -112,6 +113,39 @@ class WorkStamp(Message):
 
     key_id: str = Field(pattern=_ID)
     mac: str = Field(pattern=_SHA256, description="hex HMAC-SHA256")
+
+
+class CancelRequest(Message):
+    """What a producer publishes to cancel a request it sent and no longer needs: to the
+    request topic of that request's class, keyed by tenant, with an envelope and a
+    signature as a request has (docs/protocol.md, "Cancelling a request"). Only the
+    request's own tenant may cancel it (``request_tenant`` must be the sender's)."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    cancel_id: str = Field(pattern=_ID, description="this message's own id (its "
+                           "kip-request-id): its acknowledgement answers it")
+    tenant: str = Field(pattern=_ID)
+    key_id: str = Field(pattern=_ID)
+    signature: str = Field(pattern=r"^[0-9a-f]{64}$", description="hex HMAC-SHA256")
+    issued_at_ms: int = Field(ge=0, le=MAX_MS)
+    request_id: str = Field(pattern=_ID, description="the request to cancel")
+    request_tenant: str = Field(pattern=_ID, description="the tenant that sent it")
+    reply_to: str | None = Field(default=None, pattern=_TOPIC)
+    traceparent: str | None = Field(default=None, pattern=_TRACEPARENT)
+
+
+class CancelNotice(Message):
+    """An accepted cancel, as the pipeline writes it to ``kip.cancels`` (key:
+    ``tenant/request_id``) for every worker to follow."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    tenant: str = Field(pattern=_ID)
+    request_id: str = Field(pattern=_ID)
+    cancel_id: str = Field(pattern=_ID)
+    key_id: str = Field(pattern=_ID, description="the key that signed the cancel: who")
+    at_ms: int = Field(ge=0, le=MAX_MS)
+    stamp: WorkStamp | None = Field(default=None, description="the pipeline's, as a work "
+                                    "item's (schemas/stamps.py)")
 
 
 class WorkItem(Message):

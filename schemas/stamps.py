@@ -25,10 +25,12 @@ import secrets
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from kip.schemas.errors import Unauthenticated
-from kip.schemas.messages import ID_PATTERN, InferenceRequest, Route, WorkItem, WorkStamp
+from kip.schemas.messages import (ID_PATTERN, CancelNotice, InferenceRequest, Route, WorkItem,
+                                  WorkStamp)
 from kip.schemas.signing import body_sha256
 
 STAMP_SCHEME = "kip-work-v2"
+NOTICE_SCHEME = "kip-cancel-notice-v1"
 
 
 class StampKeys(BaseModel):
@@ -95,3 +97,25 @@ def check_stamp(item: WorkItem, keys: StampKeys) -> None:
     mac = hmac.digest(secret, canonical(item), "sha256").hex()
     if not hmac.compare_digest(mac, item.stamp.mac):
         raise Unauthenticated("the work item's stamp does not match its contents")
+
+
+def _notice_lines(notice: CancelNotice) -> bytes:
+    return "\n".join([NOTICE_SCHEME, notice.tenant, notice.request_id, notice.cancel_id,
+                      notice.key_id, str(notice.at_ms)]).encode("utf-8")
+
+
+def stamped_notice(notice: CancelNotice, keys: StampKeys) -> CancelNotice:
+    """A cancel notice with the pipeline's stamp, as a work item has one: a peer that can
+    write the cancels topic but holds no key cannot cancel a request."""
+    mac = stamp_mac(_notice_lines(notice), keys)
+    return notice.model_copy(update={"stamp": WorkStamp(key_id=keys.current, mac=mac)})
+
+
+def check_notice(notice: CancelNotice, keys: StampKeys) -> None:
+    """Raise ``Unauthenticated`` unless ``notice`` carries a valid stamp of a ring key."""
+    secret = keys.secret(notice.stamp.key_id) if notice.stamp is not None else None
+    if secret is None:
+        raise Unauthenticated("the cancel notice carries no stamp of this worker's ring")
+    mac = hmac.digest(secret, _notice_lines(notice), "sha256").hex()
+    if not hmac.compare_digest(mac, notice.stamp.mac):
+        raise Unauthenticated("the cancel notice's stamp does not match its contents")

@@ -6,8 +6,8 @@ Principals (``User:<name>``: a SCRAM user, or the CN of an mTLS client certifica
 | role | principal | may |
 |---|---|---|
 | a tenant's producer | ``tenant-<tenant>`` | write the request topics of its classes; read its own reply topics (``<results>.<tenant>`` and ``<results>.<tenant>.*``), in groups of its own (``<prefix>.tenants.<tenant>.*``) if it reads through one |
-| the pipeline | ``pipeline`` | read requests, control, telemetry; read releases and write health rollbacks; write work, results, audit, dead letters; read and write quota levels; its groups, internal topics and transactional ids (``<prefix>-pipeline*``) |
-| a model's workers | ``worker-<model>`` | read that model's work topics in its groups, and releases; read and write its answered-ids topics; write results, audit, dead letters, telemetry; its transactional ids (``<prefix>.workers.<model>.*``) |
+| the pipeline | ``pipeline`` | read requests, control, telemetry; read releases and write health rollbacks; write work, results, audit, dead letters, cancels; read and write quota levels; its groups, internal topics and transactional ids (``<prefix>-pipeline*``) |
+| a model's workers | ``worker-<model>`` | read that model's work topics in its groups, releases and cancels; read and write its answered-ids topics; write results, audit, dead letters, telemetry; its transactional ids (``<prefix>.workers.<model>.*``) |
 | the operator | ``operator`` | read and write control and releases; read dead letters; replay them (write the request topics and the replay record, its transactional id ``<prefix>-operator*``) |
 | an audit reader | ``audit-reader`` | read audit and releases; describe kip's groups and the topics they read (the audit chains' heads) |
 | the scaling signal | ``scaling`` | read telemetry; describe the work topics and the workers' groups (their lag) |
@@ -118,7 +118,7 @@ def _pipeline(names: TopicNames) -> set[Acl]:
     for topic in names.all_requests() + [names.control, names.telemetry]:
         acls |= _grant(p, TOPIC, topic, (R, D))
     acls |= _grant(p, TOPIC, names.releases, (R, W, D))   # health rollbacks
-    for topic in (names.audit, names.deadletter):
+    for topic in (names.audit, names.deadletter, names.cancels):
         acls |= _grant(p, TOPIC, topic, (W, D))
     for topic in [names.quota_levels] + [names.admitted(c) for c in PRIORITIES]:
         acls |= _grant(p, TOPIC, topic, (R, W, D))
@@ -141,6 +141,7 @@ def _worker(names: TopicNames, model: str) -> set[Acl]:
     for topic in (names.audit, names.deadletter, names.telemetry):
         acls |= _grant(w, TOPIC, topic, (W, D))
     acls |= _grant(w, TOPIC, names.releases, (R, D))   # to load released versions ahead
+    acls |= _grant(w, TOPIC, names.cancels, (R, D))   # to skip what was cancelled
     acls |= _grant(w, TOPIC, names.results, (W, D), PREFIXED)
     acls |= _grant(w, TXN, names.worker_group(model) + ".", (W, D), PREFIXED)
     return acls

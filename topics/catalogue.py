@@ -8,6 +8,9 @@ from kip.schemas.messages import PRIORITIES
 from kip.topics.names import TopicNames
 
 DAY_MS = 24 * 3600 * 1000
+# How long a cancel holds: workers read this much of the cancels topic when they start,
+# and forget a cancel this long after it (a request still queued past it would run).
+CANCEL_RETENTION_MS = 3600 * 1000
 # Kept well past any replay window a deployment would set (the default is 5 minutes).
 ADMITTED_RETENTION_MS = 6 * 3600 * 1000
 # The largest record on any kip topic. The broker's message.max.bytes, the producers'
@@ -108,8 +111,15 @@ def _unreplicated(names: TopicNames, models: list[str], partitions: int,
                         f"request ids {m}'s workers answered from {names.work(m, p)}, "
                         "partition by partition (single use)", _delete(DAY_MS))
               for m in models for p in PRIORITIES]
-    specs += [
-        reply_topic(names, partitions=partitions),
+    specs += [reply_topic(names, partitions=partitions)] + _shared(names, partitions)
+    specs += [reply_topic(names, tenant, partitions, f"results of tenant {tenant} (its own)")
+              for tenant in tenants]
+    return specs
+
+
+def _shared(names: TopicNames, partitions: int) -> list[TopicSpec]:
+    """The topics every model and tenant share, beside the results topic."""
+    return [
         TopicSpec(names.audit, partitions, "request id",
                   "governance records, one final record per request", _delete(30 * DAY_MS)),
         TopicSpec(names.deadletter, 1, "origin topic",
@@ -117,6 +127,9 @@ def _unreplicated(names: TopicNames, models: list[str], partitions: int,
         TopicSpec(names.releases, 1, "alias",
                   "every release of every alias: versions, weights, who, when, why",
                   _delete(-1)),
+        TopicSpec(names.cancels, 1, "tenant/request id",
+                  "accepted cancels, which workers follow to skip what was cancelled",
+                  _delete(CANCEL_RETENTION_MS)),
         TopicSpec(names.deadletter_replays, 1, "origin (topic:partition:offset)",
                   "dead letters replayed to their origin, once each", _compact()),
         TopicSpec(names.control, 1, "entity (route, tenant)",
@@ -126,9 +139,6 @@ def _unreplicated(names: TopicNames, models: list[str], partitions: int,
         TopicSpec(names.quota_levels, 1, "tenant",
                   "token-bucket levels, so quotas survive a pipeline restart", _compact()),
     ]
-    specs += [reply_topic(names, tenant, partitions, f"results of tenant {tenant} (its own)")
-              for tenant in tenants]
-    return specs
 
 
 def reply_topic(names: TopicNames, suffix: str = "", partitions: int = 3,

@@ -70,6 +70,12 @@ class TopicNames:
         return f"{self.prefix}.releases"
 
     @property
+    def cancels(self) -> str:
+        """Accepted cancels (schemas/messages.py ``CancelNotice``), which every worker
+        follows to skip what was cancelled before it runs."""
+        return f"{self.prefix}.cancels"
+
+    @property
     def deadletter_replays(self) -> str:
         """Which dead letters were replayed (``kip deadletter replay``), once each."""
         return f"{self.prefix}.deadletter-replays"

@@ -17,8 +17,8 @@ import orjson
 
 from kip.schemas.audit_chain import SEAL_HEADER, ChainHead, seal_message
 from kip.schemas.codec import encode, headers, type_headers
-from kip.schemas.messages import (AuditRecord, DeadLetterRecord, InferenceResult, Message,
-                                  WorkItem)
+from kip.schemas.messages import (AuditRecord, CancelNotice, DeadLetterRecord,
+                                  InferenceResult, Message, WorkItem)
 from kip.schemas.pseudonyms import KINDS, PseudonymKey
 from kip.schemas.result_signatures import ResultSigner
 from kip.topics.names import TopicNames
@@ -161,9 +161,12 @@ class Chaining:
 
 
 def key_of(message: Message) -> bytes:
-    """Dead letters are keyed by origin topic; everything else by request id."""
+    """Dead letters are keyed by origin topic, cancel notices by tenant and request id;
+    everything else by request id."""
     if isinstance(message, DeadLetterRecord):
         return message.origin_topic.encode()
+    if isinstance(message, CancelNotice):
+        return f"{message.tenant}/{message.request_id}".encode()
     if isinstance(message, WorkItem):
         return message.request.request_id.encode()
     return message.request_id.encode()

@@ -20,7 +20,7 @@ from functools import partial
 from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from kip.runtime import metrics
+from kip.runtime import metrics, tracing
 from kip.schemas.codec import decode, now_ms
 from kip.schemas.errors import DeadlineExceeded, Internal, InvalidRequest, KipError
 from kip.schemas.messages import WorkItem
@@ -31,6 +31,8 @@ from kip.workers.batching import ChunkRun, Stages, group_by, run_group
 from kip.workers.checks import check_addressed, check_inputs
 from kip.workers.endings import (Stamps, poisoned, refused_copy, served, terminal_outputs,
                                  undecodable_item)
+from kip.workers import spans
+from kip.workers.cancels import Cancels, cancelled_error
 from kip.workers.single_use import Answered
 from kip.workers.pace import Pace
 from kip.workers.session import ModelSession, Prepared
@@ -61,6 +63,9 @@ class Answering:
     before_inference: Callable[[list[Pair]], None] | None = None
     preparer: Executor | None = None
     answered: Answered | None = None   # single use (workers/single_use.py); None: none
+    span: object | None = None   # the batch's span (workers/spans.py); None: tracing off
+    group: str = ""   # the lane's consumer group, for the spans
+    cancels: Cancels | None = None   # what was cancelled (workers/cancels.py); None: none
 
     def chunk(self, version: str, rows: list[int]) -> int:
         """Requests per inference call for requests of ``version`` with ``rows`` rows."""
@@ -83,6 +88,8 @@ async def answer(records: list[ConsumerRecord], pulled_ms: float, how: Answering
             pairs.append((record, _trusted(record, pulled_ms, how)))
         except _Refused as refused:
             answers[id(record)] = refused.outputs
+    if how.span is not None:
+        spans.waits(pairs, pulled_ms, how.group)
     _before_inference(pairs, how)
     for version, group in group_by(pairs, lambda p: p[1].route.model_version).items():
         await _answer_isolated(version, group, pulled_ms, how, answers)
@@ -125,6 +132,8 @@ def _defect(record: ConsumerRecord, item: WorkItem, pulled_ms: float, how: Answe
     """A trusted work item a defect stopped: a failed ``INTERNAL`` result on its own
     reply topic, the final audit record and a dead letter."""
     err = Internal(f"worker defect: {exc!r}"[:300])
+    log.error("request %s ends INTERNAL after a defect: %r (trace_id %s)",
+              item.request.request_id, exc, tracing.trace_id(item.request.traceparent))
     try:
         return poisoned(record, item, Stamps(pulled_ms), how.names, err)
     except Exception:   # its own fields would not build: the coordinates' ending
@@ -162,8 +171,8 @@ def _trusted(record: ConsumerRecord, pulled_ms: float, how: Answering) -> WorkIt
 def _refused(record: ConsumerRecord, item: WorkItem, pulled_ms: float, how: Answering
              ) -> list[Output] | None:
     """The ending of a decoded item that must not run, or None: no valid stamp (no
-    one's), another model's or replying outside the results namespace (failed), or a
-    copy of one answered already (workers/single_use.py)."""
+    one's), another model's or replying outside the results namespace (failed), a copy
+    of one answered already (workers/single_use.py), or cancelled by its tenant."""
     try:
         check_stamp(item, how.keys)
     except KipError as err:
@@ -178,6 +187,10 @@ def _refused(record: ConsumerRecord, item: WorkItem, pulled_ms: float, how: Answ
     if copy is not None:
         metrics.WORK_REFUSED.labels(how.model, copy.code).inc()
         return refused_copy(record, item, how.names, copy)
+    notice = how.cancels.notice_for(item) if how.cancels is not None else None
+    if notice is not None:   # after the copy check: one answered already keeps its result
+        return terminal_outputs(item, Stamps(pulled_ms), how.names,
+                                error=cancelled_error(notice))
     return None
 
 
@@ -204,6 +217,9 @@ async def _answer_version(version: str, group: list[Pair], pulled_ms: float,
     for run in runs:
         live_rows = sum(rows[id(i)] for _, i in run.live)
         answers |= _outputs_of(run, session, pulled_ms, how.names, live_rows)
+        if how.span is not None and run.live:
+            spans.inference(how.span, how.model, version, run.started_ms, run.finished_ms,
+                            len(run.live), live_rows)
         if run.live and run.error is None:
             how.pace.observe(version, live_rows, run.finished_ms - run.started_ms)
 
@@ -220,7 +236,9 @@ def _outputs_of(run: ChunkRun[Pair], session: ModelSession, pulled_ms: float,
     if run.error is not None:
         (record, item), = run.live
         if not isinstance(run.error, KipError):   # a defect: still one terminal result
-            log.error("inference on %s raised %r", model, run.error)
+            log.error("inference on %s raised %r for request %s (trace_id %s)", model,
+                      run.error, item.request.request_id,
+                      tracing.trace_id(item.request.traceparent))
         answers[id(record)] = poisoned(record, item, stamps, names, run.error)
         return answers
     if len(run.outputs) != len(run.live):   # each request's outputs, or none is served
@@ -233,7 +251,8 @@ def _outputs_of(run: ChunkRun[Pair], session: ModelSession, pulled_ms: float,
         try:
             answers[id(record)] = served(item, stamps, names, out, now)
         except Exception as exc:   # its result would not build: it alone fails
-            log.exception("building a result raised")
+            log.exception("building the result of request %s raised (trace_id %s)",
+                          item.request.request_id, tracing.trace_id(item.request.traceparent))
             answers[id(record)] = poisoned(record, item, stamps, names,
                                            Internal(f"worker defect: {exc!r}"[:300]))
     return answers

@@ -34,6 +34,7 @@ from aiokafka.structs import ConsumerRecord
 
 from kip.runtime import metrics
 from kip.runtime.probes import PROBES
+from kip.schemas.codec import now_ms
 from kip.schemas.messages import WorkItem
 from kip.topics.catalogue import MAX_MESSAGE_BYTES
 from kip.transport.clients import HOT_PATH_FETCH_MAX_WAIT_MS
@@ -42,6 +43,7 @@ from kip.topics.names import TopicNames
 from kip.transport.outputs import Record, Sealing, signed_records
 from kip.transport.transactions import Entry, PartitionTransactions
 from kip.transport.transactions import transaction_timeout_ms
+from kip.workers import spans
 from kip.workers.answers import Answers
 from kip.workers.health import HEALTH
 from kip.workers.batching import group_by
@@ -100,6 +102,7 @@ class Lane:
     answered: Answered
     gate: Gate = field(default_factory=Gate)
     committing: list[asyncio.Task] = field(default_factory=list)
+    joined: asyncio.Event = field(default_factory=asyncio.Event)   # its first assignment
 
     def begin_early(self, pairs: list[tuple[ConsumerRecord, WorkItem]]) -> None:
         """Begin the transactions of these work items' input partitions while their
@@ -113,13 +116,14 @@ class Lane:
                 tp, [ids, *(d for _, item in group for d in destinations(item, self.names))])
 
     def commit(self, batch: list[ConsumerRecord], answers: Answers,
-               endings: dict[int, Ended | None], answered: dict[TopicPartition, list[Record]]
-               ) -> None:
+               endings: dict[int, Ended | None], answered: dict[TopicPartition, list[Record]],
+               span=None) -> None:
         """Start committing ``batch`` with its outputs and the ids it ``answered`` (per
         input partition), in the background; ``endings`` (``workers.endings.ended`` of
-        each record's outputs) are counted once committed."""
+        each record's outputs) are counted once committed; ``span``, the batch's, ends
+        with the commit (workers/spans.py)."""
         self.committing.append(asyncio.create_task(
-            self._commit(batch, answers, endings, answered)))
+            self._commit(batch, answers, endings, answered, span)))
 
     def answered_records(self, batch: list[ConsumerRecord], priority: str
                          ) -> dict[TopicPartition, list[Record]]:
@@ -130,7 +134,7 @@ class Lane:
 
     async def _commit(self, batch: list[ConsumerRecord], answers: Answers,
                       endings: dict[int, Ended | None],
-                      answered: dict[TopicPartition, list[Record]]) -> None:
+                      answered: dict[TopicPartition, list[Record]], span=None) -> None:
         """One transaction per input partition. A partition lost meanwhile is not ours to
         commit: its new owner answers those records, and we do not count them."""
         groups = group_by(batch, lambda r: TopicPartition(r.topic, r.partition))
@@ -140,7 +144,10 @@ class Lane:
                    for tp, rs in groups.items()}
         for tp, tp_entries in entries.items():
             tp_entries[-1].outputs.extend(answered.get(tp, []))
+        started = now_ms() if span is not None else 0
         done = await self.transactions.commit_each(entries)
+        if span is not None:
+            spans.committed(span, batch[0].topic, started, now_ms(), len(done), sum(done))
         _observe([endings[id(r)] for rs, committed in zip(groups.values(), done)
                   if committed for r in rs], self.model)
 
@@ -255,13 +262,16 @@ class _Revocations(ConsumerRebalanceListener):
                  self.lane.transactions.group_id, len(assigned), len(kept), len(fresh),
                  len(back) - len(kept))
         group = self.lane.transactions.group_id
-        PROBES.set(f"group {group}", True, f"joined: {len(assigned)} partitions")
+
         if self.paused_at is not None:
             metrics.REBALANCE_PAUSE.labels(group).observe(time.monotonic() - self.paused_at)
             self.paused_at = None
         if fresh:
             self.lane.consumer.pause(*fresh)
+            PROBES.set(f"group {group}", False, f"taking over {len(fresh)} partitions")
             self.taking = asyncio.create_task(self.take_over(fresh), name="kip-take-partitions")
+        else:
+            self.mark_serving()
 
     async def take_over(self, fresh: set[TopicPartition]) -> None:
         """Each new partition's producer fences its previous owner and reads its floor,
@@ -282,6 +292,15 @@ class _Revocations(ConsumerRebalanceListener):
         finally:
             mine = self.lane.consumer.assignment()
             self.lane.consumer.resume(*(tp for tp in fresh if tp in mine))
+            self.mark_serving()
+
+    def mark_serving(self) -> None:
+        """Every partition assigned is fetched from: the lane serves (its readiness, and
+        the first telemetry a worker sends waits for it)."""
+        partitions = len(self.lane.consumer.assignment())
+        PROBES.set(f"group {self.lane.transactions.group_id}", True,
+                   f"joined: {partitions} partitions")
+        self.lane.joined.set()
 
 
 def _observe(committed: list[Ended | None], model: str) -> None:

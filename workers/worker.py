@@ -25,12 +25,14 @@ from kip.models.manifest import Manifest
 from kip.models.registry import Registry
 from kip.models.staging import Stager, serving_stager
 from kip.models.signing import configured_trust
-from kip.runtime import allocator, collector, metrics
+from kip.runtime import allocator, collector, metrics, tracing
 from kip.runtime.probes import PROBES, keep_beating
 from kip.schemas.codec import encode, headers, now_ms
 from kip.schemas.messages import PRIORITIES, Priority
 from kip.workers.answers import Answering, answer
 from kip.workers.batching import by_class, next_batch
+from kip.workers import spans
+from kip.workers.cancels import Cancels, follower as cancels_follower
 from kip.workers.gpu_metrics import keep_sampling
 from kip.workers.health import HEALTH
 from kip.workers.lane import Lane, open_lane
@@ -62,6 +64,7 @@ class Worker:
         self.pace = Pace(settings.background_call_ms)
         HEALTH.window_s = settings.health_window_s
         self.stamp_keys = settings.stamp_keys()
+        self.cancels = Cancels(self.stamp_keys)
         self.sealing = settings.sealing()
         self.topic_class = {settings.names.work(self.model, p): p for p in PRIORITIES}
         self.id = worker_id(self.model)
@@ -96,6 +99,8 @@ class Worker:
             asyncio.create_task(self._loop(background, prioritizer),
                                 name=f"kip-worker-{self.model}-background"),
             asyncio.create_task(self._report(), name=f"kip-telemetry-{self.model}"),
+            asyncio.create_task(cancels_follower(self.settings.kafka, self.settings.names,
+                                                 self.cancels).run(), name="kip-cancels"),
             asyncio.create_task(preload(self.settings.kafka, self.settings.names, self.model,
                                         self.sessions, self.releases),
                                 name=f"kip-preload-{self.model}")]
@@ -216,12 +221,14 @@ class Worker:
         pulled, inferred, s = float(now_ms()), 0, self.settings
         for n, (priority, records) in enumerate(by_class(batch, self.topic_class)):
             interactive = priority == Priority.INTERACTIVE
+            group = lane.transactions.group_id
+            span = spans.batch(records, pulled, group, self.model, priority.value)
             how = Answering(self.model, self.stamp_keys, self.sessions, lane.executor,
                             self.pace, interactive,
                             (s.background_min_batch, min(s.background_max_batch,
                                                          self.max_batch)), s.names,
                             lane.begin_early if interactive else None, lane.preparer,
-                            lane.answered)
+                            lane.answered, span, group, self.cancels)
             answers = await answer(records, pulled, how)
             answered = lane.answered_records(records, priority.value)
             endings = {key: ended(outputs) for key, outputs in answers.items()}
@@ -230,13 +237,17 @@ class Worker:
                 if before is not None:
                     await asyncio.wait([before])   # its errors are the loop's to raise
                 await lane.settle()
-            lane.commit(records, answers, endings, answered)
+            lane.commit(records, answers, endings, answered, span)
         return inferred
 
     async def _report(self) -> None:
-        """Telemetry every ``telemetry_interval_s``: capacity, backlog, memory, versions
-        refused; and versions unused for ``unload_after_s`` unloaded."""
+        """Telemetry every ``telemetry_interval_s`` from the lanes' first assignment on:
+        capacity, backlog, memory, versions refused; and versions unused for
+        ``unload_after_s`` unloaded."""
         keep = {f"{self.model}@{self.served.version}"}
+        # live to the pipelines only once it can take work: a request admitted while its
+        # groups still form would wait out the join, and an interactive one expire
+        await asyncio.gather(*(lane.joined.wait() for lane in self.lanes))
         while True:
             self.sessions.unload_idle(self.settings.unload_after_s, keep)
             sessions = list(self.sessions.loaded.values())
@@ -280,6 +291,7 @@ def _served(model: str, stager: Stager) -> Manifest:
 async def run(settings: WorkerSettings) -> None:
     """Run one worker until cancelled (SIGINT/SIGTERM in ``kip worker``)."""
     metrics.serve(settings.metrics_port, settings.metrics_host)
+    tracing.configure(f"kip-worker-{settings.model.partition('@')[0]}")   # where OTEL_* asks
     beating = asyncio.create_task(keep_beating(), name="kip-beat")
     try:
         async with Worker(settings) as worker:

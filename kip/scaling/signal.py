@@ -22,7 +22,7 @@ from prometheus_client import Gauge
 
 from kip.pipeline.capacity import CapacityView
 from kip.pipeline.control import apply_telemetry
-from kip.pipeline.follower import TopicFollower
+from kip.runtime.follower import TopicFollower
 from kip.runtime.probes import PROBES, keep_beating
 from kip.scaling.estimate import EndHistory, Sizing, demand, desired_workers
 from kip.scaling.settings import ScalingSettings

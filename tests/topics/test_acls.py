@@ -31,11 +31,21 @@ def test_a_worker_reads_only_its_models_work_and_owns_its_transactional_ids():
     reads = {name for op, kind, name in grants if op == "READ"}
     assert reads == {"k.work.digits.interactive", "k.work.digits.standard",
                      "k.work.digits.batch", "k.workers.digits",
-                     "k.workers.digits.interactive", "k.releases",
+                     "k.workers.digits.interactive", "k.releases", "k.cancels",
                      "k.answered.digits.interactive", "k.answered.digits.standard",
                      "k.answered.digits.batch"}
     assert ("WRITE", "TRANSACTIONAL_ID", "k.workers.digits.*") in grants
     assert not any("minilm" in name for _, _, name in grants)
+
+
+def test_only_the_pipeline_writes_cancels_and_only_workers_read_them():
+    acls = plan(NAMES, ["digits", "minilm"], {"acme": PRIORITIES})
+    writers = {a.principal for a in acls if a.name == NAMES.cancels
+               and a.operation == Operation.WRITE}
+    readers = {a.principal for a in acls if a.name == NAMES.cancels
+               and a.operation == Operation.READ}
+    assert writers == {"User:pipeline"}
+    assert readers == {"User:worker-digits", "User:worker-minilm"}
 
 
 def test_only_the_operator_writes_control_and_only_the_audit_reader_reads_audit():

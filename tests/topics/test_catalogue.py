@@ -8,7 +8,7 @@ from kip.topics.names import TopicNames
 def test_catalogue_names_every_topic_once_with_its_key():
     specs = catalogue(TopicNames("kip"), ["minilm", "digits"])
     names = [s.name for s in specs]
-    assert len(names) == len(set(names)) == 3 + 3 + 6 + 6 + 8   # requests, admitted,
+    assert len(names) == len(set(names)) == 3 + 3 + 6 + 6 + 9   # requests, admitted,
     # work, answered, rest
     assert "kip.admitted.batch" in names
     assert "kip.requests.interactive" in names and "kip.work.digits.batch" in names

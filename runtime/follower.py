@@ -11,14 +11,13 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from aiokafka.errors import KafkaError
 
 from kip.runtime import metrics
 from kip.transport.clients import KafkaConnection
 from kip.transport.fetch_waits import FOLLOWING_FETCH_MAX_WAIT_MS, wait_long_when_whole
 from kip.transport.reading import assign_all, reached, reader_to_end
 
-log = logging.getLogger("kip.pipeline")
+log = logging.getLogger("kip.follower")
 Apply = Callable[[bytes | None, bytes | None], None]
 
 
@@ -32,24 +31,11 @@ class TopicFollower:
         self.caught_up = asyncio.Event()
         self.skipped = 0
         metrics.UNUSABLE_RECORDS.labels(topic)   # 0 until one comes, not missing
-        self._consumer = None
-
-    async def reachable(self, timeout_s: float = 5.0) -> tuple[bool, str]:
-        """Whether a broker answers this follower's metadata request now, and what it
-        said (a follower that waits on its fetches cannot tell a quiet topic from a
-        cluster it lost)."""
-        if self._consumer is None:
-            return False, "not connected yet"
-        try:
-            await asyncio.wait_for(self._consumer.topics(), timeout_s)
-        except (KafkaError, TimeoutError) as err:
-            return False, f"no metadata from the cluster: {err!r}"[:300]
-        return True, "metadata answered"
 
     async def run(self) -> None:
         """Apply records until cancelled: catching up with short fetch waits (it ends
         on an empty fetch), then following with long ones."""
-        consumer = self._consumer = reader_to_end(self.kafka)
+        consumer = reader_to_end(self.kafka)
         await consumer.start()
         try:
             tps = await assign_all(consumer, self.topic)
@@ -65,7 +51,6 @@ class TopicFollower:
                     self.caught_up.set()
                     wait_long_when_whole(consumer, FOLLOWING_FETCH_MAX_WAIT_MS)
         finally:
-            self._consumer = None
             await consumer.stop()
 
     def _apply(self, record) -> None:

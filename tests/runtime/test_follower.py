@@ -9,7 +9,7 @@ import time
 import pytest
 
 from kip.pipeline.control import ControlState, publish_control, quota_record
-from kip.pipeline.follower import TopicFollower
+from kip.runtime.follower import TopicFollower
 from kip.pipeline.quota import TenantQuota
 from kip.runtime import metrics
 from kip.transport.admin import apply
