@@ -171,15 +171,19 @@ class DevStack:
         for line in report.warnings:
             log(f"  WARNING {line}")
         if self.secured:
-            wanted = plan(self.names, REFERENCE_MODELS,
-                          {t: policy.priorities for t, policy in tenants.items()})
-            acls = asyncio.run(apply_acls(self.kafka, self.names, wanted))
+            acls = asyncio.run(apply_acls(self.kafka, self.names, self.acl_plan()))
             log(f"acls: {len(acls.created)} created, {len(acls.unchanged)} unchanged")
             quotas = asyncio.run(apply_quotas(self.kafka, broker_quotas(
                 AccessConfig.from_file(self.access_file))))
             log(f"broker quotas: {len(quotas.set)} set, {len(quotas.unchanged)} unchanged")
         build_reference(self.registry, log)
         self.sign_models(REFERENCE_MODELS)
+
+    def acl_plan(self) -> set:
+        """The grants ``kip acls apply`` makes for this stack's principals."""
+        tenants = ensure_dev_access(self.access_file).tenants
+        return plan(self.names, REFERENCE_MODELS,
+                    {t: policy.priorities for t, policy in tenants.items()})
 
     def topic_names(self) -> list[str]:
         """Every topic of this stack's catalogue."""

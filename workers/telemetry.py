@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import resource
 import socket
 import time
 
+from aiokafka.errors import KafkaError
+
+from kip.runtime import metrics
+from kip.runtime.probes import PROBES
+from kip.schemas.codec import encode, headers
 from kip.schemas.messages import Priority, WorkerTelemetry
+from kip.transport.clients import KafkaConnection
 from kip.workers.health import HEALTH
+
+log = logging.getLogger("kip.worker")
 
 
 def worker_id(model: str) -> str:
@@ -71,3 +81,59 @@ def report(wid: str, model: str, versions: list[str], provider: str, throughput:
                            refused={key.partition("@")[2]: f"{err.code}: {err.message}"[:500]
                                     for key, (err, _) in list((refused or {}).items())[:64]},
                            at_ms=now_ms)
+
+
+class TelemetryPublisher:
+    """Writes a worker's reports, keyed by its id. A report that cannot be written
+    (broker unreachable, the grant to write telemetry revoked) leaves the worker serving
+    what it pulls, but not ready: the pipelines, hearing nothing, stop sending it work
+    within ``STALE_AFTER_MS`` (pipeline/capacity.py); the operator sees why on /readyz and
+    in ``kip_telemetry_failures_total``. The producer that failed is replaced: an
+    idempotent producer whose batch failed refuses every later one (out of sequence)."""
+
+    def __init__(self, kafka: KafkaConnection, topic: str, worker_id: str,
+                 timeout_s: float) -> None:
+        self.kafka, self.topic, self.key = kafka, topic, worker_id.encode()
+        self.timeout_s = timeout_s
+        self.producer = None
+
+    async def start(self) -> None:
+        self.producer = self.kafka.producer(client_id="kip-worker-telemetry")
+        await self.producer.start()
+
+    async def publish(self, message: WorkerTelemetry) -> None:
+        try:
+            await asyncio.wait_for(self.producer.send_and_wait(
+                self.topic, encode(message), key=self.key, headers=headers(message)),
+                self.timeout_s)
+        except (KafkaError, TimeoutError) as err:
+            metrics.TELEMETRY_FAILURES.inc()
+            PROBES.set("broker", False, f"telemetry not written: {err!r}"[:300])
+            log.warning("telemetry not written: %r", err)
+            await self._replace()
+        else:
+            PROBES.set("broker", True, "telemetry written")
+
+    async def leave(self) -> None:
+        """A tombstone: the pipelines drop this worker from their view at once (where it
+        cannot be written, they drop it when its reports go stale)."""
+        try:
+            await asyncio.wait_for(self.producer.send_and_wait(self.topic, None, key=self.key),
+                                   self.timeout_s)
+        except (KafkaError, TimeoutError) as err:
+            log.warning("leaving the capacity view: %r", err)
+
+    async def _replace(self) -> None:
+        old = self.producer
+        try:
+            await old.stop()
+        except KafkaError:
+            pass
+        try:
+            await self.start()
+        except KafkaError as err:   # the next report tries again with this one
+            log.warning("a new telemetry producer did not start: %r", err)
+
+    async def stop(self) -> None:
+        if self.producer is not None:
+            await self.producer.stop()

@@ -16,9 +16,7 @@ dead-letter record in the same transaction; the partition moves on.
 from __future__ import annotations
 
 import asyncio
-import logging
 
-from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
 from kip.models.manifest import Manifest
@@ -27,7 +25,7 @@ from kip.models.staging import Stager, serving_stager
 from kip.models.signing import configured_trust
 from kip.runtime import allocator, collector, metrics, tracing
 from kip.runtime.probes import PROBES, keep_beating
-from kip.schemas.codec import encode, headers, now_ms
+from kip.schemas.codec import now_ms
 from kip.schemas.messages import PRIORITIES, Priority
 from kip.workers.answers import Answering, answer
 from kip.workers.batching import by_class, next_batch
@@ -45,10 +43,7 @@ from kip.workers.priority import Prioritizer, backlog_by_class
 from kip.workers.session import CUDA
 from kip.workers.sessions import Sessions
 from kip.workers.settings import WorkerSettings
-from kip.workers.telemetry import Throughput, report, worker_id
-
-log = logging.getLogger("kip.worker")
-
+from kip.workers.telemetry import TelemetryPublisher, Throughput, report, worker_id
 
 class Worker:
     def __init__(self, settings: WorkerSettings) -> None:
@@ -70,7 +65,8 @@ class Worker:
         self.id = worker_id(self.model)
         self.throughput = Throughput()
         self.lanes: list[Lane] = []
-        self.producer = None   # telemetry only
+        self.telemetry = TelemetryPublisher(settings.kafka, settings.names.telemetry, self.id,
+                                            settings.telemetry_interval_s * 5)
         self._tasks: list[asyncio.Task] = []
         self._draining = False
 
@@ -87,8 +83,7 @@ class Worker:
         session = await self.sessions.get(self.model, self.served.version)
         PROBES.set("model", True, f"{self.model}@{self.served.version} loaded and warmed up "
                                   f"({session.provider})")
-        self.producer = self.settings.kafka.producer(client_id=f"kip-worker-{self.model}")
-        await self.producer.start()
+        await self.telemetry.start()
         for lane in self.lanes:
             await lane.start()
         urgent, background = self.lanes
@@ -123,17 +118,15 @@ class Worker:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if tasks and self.producer is not None:   # leave the capacity view at once
-            await self.producer.send_and_wait(self.settings.names.telemetry, None,
-                                              key=self.id.encode())
+        if tasks:   # leave the capacity view at once
+            await self.telemetry.leave()
         for lane in self.lanes:
             await lane.close()
             if self.settings.group_instance_id:
                 await leave(self.settings.kafka, lane.transactions.group_id,
                             self.settings.group_instance_id)
-        if self.producer is not None:
-            await self.producer.stop()
-        self.lanes, self.producer = [], None
+        await self.telemetry.stop()
+        self.lanes = []
         self.sessions.close()
 
     async def wait(self) -> None:
@@ -257,25 +250,8 @@ class Worker:
             message = report(self.id, self.model, [s.manifest.version for s in sessions],
                              sessions[0].provider if sessions else "", self.throughput,
                              backlog, now_ms(), self.sessions.refused)
-            await self._publish_telemetry(message)
+            await self.telemetry.publish(message)
             await asyncio.sleep(self.settings.telemetry_interval_s)
-
-    async def _publish_telemetry(self, message) -> None:
-        """Publish one report. One that cannot be written (broker unreachable, telemetry
-        refused) leaves the worker serving what it pulls, but not ready: the pipelines,
-        hearing nothing, stop sending it work within ``STALE_AFTER_MS``
-        (pipeline/capacity.py), and the operator sees why on /readyz and in
-        ``kip_telemetry_failures_total``."""
-        try:
-            await asyncio.wait_for(self.producer.send_and_wait(
-                self.settings.names.telemetry, encode(message), key=self.id.encode(),
-                headers=headers(message)), self.settings.telemetry_interval_s * 5)
-        except (KafkaError, TimeoutError) as err:
-            metrics.TELEMETRY_FAILURES.inc()
-            PROBES.set("broker", False, f"telemetry not written: {err!r}"[:300])
-            log.warning("telemetry not written: %r", err)
-        else:
-            PROBES.set("broker", True, "telemetry written")
 
 
 def _served(model: str, stager: Stager) -> Manifest:

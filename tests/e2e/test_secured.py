@@ -6,12 +6,16 @@ mTLS; and each attack of an outsider or of another tenant is refused by Kafka.""
 from __future__ import annotations
 
 import asyncio
+import time
+import urllib.error
+import urllib.request
 import uuid
 
 import numpy as np
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
+from kip.devkit.broker import free_port_run
 from kip.devkit.stack import DevStack, tenant_credentials
 from kip.client import KipClient
 from kip.pipeline.access import AccessConfig, ApiKey, TenantPolicy
@@ -19,6 +23,7 @@ from kip.schemas.messages import Status
 from tests.e2e.conftest import running
 from tests.kafka_probes import can_read, can_write
 from kip.transport.clients import KafkaConnection
+from kip.transport.acl_admin import apply as apply_acls
 
 pytestmark = pytest.mark.broker
 PIXELS = {"pixels": np.zeros((1, 64), np.float32)}
@@ -29,7 +34,7 @@ KEYS = {"acme-k1": ("acme", "acme-secret"), "bob-k1": ("bob", "bob-secret")}
 def secured(request, secure_broker, registry, tmp_path_factory):
     stack = DevStack(home=tmp_path_factory.mktemp("kip-secured"), own_broker=secure_broker,
                      prefix=f"sec{uuid.uuid4().hex[:8]}", registry_dir=registry.root,
-                     metrics_base_port=0, mtls=request.param == "mtls")
+                     metrics_base_port=free_port_run(4), mtls=request.param == "mtls")
     access = AccessConfig(keys={k: ApiKey(tenant=t, secret=s) for k, (t, s) in KEYS.items()},
                           tenants={t: TenantPolicy(models=["*"]) for t, _ in KEYS.values()})
     with running(stack, access, _warm_up):
@@ -142,3 +147,59 @@ def test_a_tenant_reads_its_replies_through_a_group_of_its_own_only(secured):
     assert asyncio.run(read_through(names.tenant_groups("acme") + "reader")) >= 1
     with pytest.raises(GroupAuthorizationFailedError):
         asyncio.run(read_through(names.tenant_groups("bob") + "reader"))
+
+
+DIGITS = 2   # the stack's services: the pipeline, minilm's worker, digits'
+
+
+def test_telemetry_lost_fails_the_model_closed_and_says_why(secured):
+    """The digits worker may no longer write telemetry (its grant revoked): it keeps
+    running but turns unready, naming why, and counts the failures; the pipeline, hearing
+    no live digits worker, ends digits requests MODEL_UNAVAILABLE while minilm serves;
+    the grant restored, digits serves again by itself (docs/operations.md)."""
+    if secured.mtls:
+        pytest.skip("the grants are the same over mTLS: once is enough")
+    s = secured
+    wanted = s.acl_plan()
+    lost = {a for a in wanted if a.principal == "User:worker-digits"
+            and a.name == s.names.telemetry and a.operation.name == "WRITE"}
+    assert len(lost) == 1
+    admin = s.connection("admin")
+    asyncio.run(apply_acls(admin, s.names, wanted - lost, prune=True))
+    try:
+        unavailable_after_s = asyncio.run(_until_code(s, "digits", "MODEL_UNAVAILABLE"))
+        status, body = _get(s.metrics_port(DIGITS), "/readyz")
+        assert status == 503 and b"telemetry not written" in body, body
+        assert b"kip_telemetry_failures_total" in _get(s.metrics_port(DIGITS), "/metrics")[1]
+        assert asyncio.run(_one(s, "minilm", {"text": ["still served"]})).status == Status.OK
+    finally:
+        asyncio.run(apply_acls(admin, s.names, wanted))
+    ok_after_s = asyncio.run(_until_code(s, "digits", None))
+    print(f"\ntelemetry grant revoked: digits MODEL_UNAVAILABLE after {unavailable_after_s:.1f} s"
+          f"; restored: ok after {ok_after_s:.1f} s")
+    s.check_services()
+
+
+async def _one(stack, model: str, inputs):
+    async with _client(stack) as client:
+        return await client.infer(model, inputs, priority="interactive", timeout_s=30)
+
+
+async def _until_code(stack, model: str, code: str | None, timeout_s: float = 60.0) -> float:
+    """Seconds until a digits request ends with ``code`` (None: ok)."""
+    started = time.monotonic()
+    async with _client(stack) as client:
+        while time.monotonic() - started < timeout_s:
+            result = await client.infer(model, PIXELS, priority="interactive", timeout_s=30)
+            if (result.error.code if result.error else None) == code:
+                return time.monotonic() - started
+            await asyncio.sleep(0.2)
+    raise TimeoutError(f"no {code or 'ok'} result for {model} within {timeout_s} s")
+
+
+def _get(port: int, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
