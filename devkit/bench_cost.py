@@ -93,11 +93,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--brokers", type=count, default=1,
                    help="above 1: (a) and (c) on a cluster of this many brokers (replication "
                    "3, min ISR 2) beside one broker, in one run (devkit/replication_cost.py)")
+    p.add_argument("--tracing", action="store_true",
+                   help="(a) and (c) with tracing off beside tracing on (every process "
+                   "exporting spans over OTLP to a receiver here), in one run "
+                   "(devkit/tracing_cost.py)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
 def run(args) -> int:
     collector.settle()   # the client holds thousands of requests (runtime/collector.py)
+    if args.tracing:   # tracing's cost, beside none
+        from kip.devkit.tracing_cost import measure_tracing, render_tracing
+        report = asyncio.run(measure_tracing(args))
+        print(json.dumps(report, indent=2) if args.json else render_tracing(report))
+        return 0
     if args.brokers > 1:   # replication's cost, beside one broker
         from kip.devkit.replication_cost import measure_replication, render_replication
         report = asyncio.run(measure_replication(args))

@@ -21,15 +21,18 @@ from kip.devkit.stack import DevStack, dev_client
 
 
 async def measure_replication(args) -> dict:
-    return {f"{n} broker{'s' if n > 1 else ''}": await _one(args, n)
+    return {f"{n} broker{'s' if n > 1 else ''}": await measure_one(args, n)
             for n in (1, args.brokers)}
 
 
-async def _one(args, brokers: int) -> dict:
+async def measure_one(args, brokers: int = 1, env: dict | None = None) -> dict:
+    """(a) and (c) on a kip of its own of ``brokers`` brokers, its services started with
+    ``env`` added, after the warm-up ``args`` asks for."""
     print(f"on {brokers} broker(s): warming up ({args.warm_up} single-row requests)",
           file=sys.stderr, flush=True)
     async with own_stack("cost", args.registry, bus=args.bus, log=lambda *_: None,
                          steady_state=True, brokers=brokers) as stack:
+        stack.worker_env |= env or {}
         stack.start_services(log=lambda *_: None)
         pids = stack_pids(stack)
         raw = RawDigits(stack)
@@ -52,8 +55,14 @@ def stack_replication(stack: DevStack) -> str:
 
 def render_replication(report: dict) -> str:
     (one_name, one), (many_name, many) = report.items()
-    lines = [f"replication: {one_name} ({one['replication']}) beside {many_name} "
-             f"({many['replication']}), one run"]
+    return render_beside(report, f"replication: {one_name} ({one['replication']}) beside "
+                                 f"{many_name} ({many['replication']}), one run")
+
+
+def render_beside(report: dict, heading: str) -> str:
+    """Two runs of (a) and (c), the second's figures beside the first's, with ratios."""
+    (one_name, one), (many_name, many) = report.items()
+    lines = [heading]
     a1, an = one["a_single_row"], many["a_single_row"]
     lines.append(f"\n(a) single-row requests, all in flight: {a1['requests_per_s']:.0f}/s "
                  f"beside {an['requests_per_s']:.0f}/s")
