@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 from kip.devkit.broker import free_port_run
+from kip.devkit.stack import terminate
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERT_RULES = ROOT / "deploy" / "monitoring" / "prometheus" / "alerts.yml"
@@ -86,13 +87,8 @@ class PrometheusServer:
                 if a["labels"].get("alertname") == alert and a["state"] == "firing"]
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            terminate([self.proc], 10.0)
 
 
 def dashboard_queries(dashboard: Path = DASHBOARD) -> list[tuple[str, str, str]]:

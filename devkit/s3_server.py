@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from kip.devkit.broker import free_port_run
+from kip.devkit.stack import terminate
 from kip.devkit.go_tools import ToolUnavailable, go_binary
 
 VERSITYGW = "github.com/versity/versitygw/cmd/versitygw"
@@ -70,13 +71,8 @@ class S3Server:
         return self
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            terminate([self.proc], 10.0)
 
 
 def _listening(port: int) -> bool:

@@ -273,7 +273,7 @@ class DevStack:
     def stop_service(self, index: int, timeout_s: float = 20.0) -> float:
         """Stop service ``index`` with SIGTERM; return how long it took to exit."""
         started = time.monotonic()
-        _terminate([self.procs[index]], timeout_s)
+        terminate([self.procs[index]], timeout_s)
         return time.monotonic() - started
 
     def start_service(self, index: int) -> None:
@@ -293,7 +293,7 @@ class DevStack:
                                    + _tail(self.logs.get(proc.pid)))
 
     def stop_services(self, timeout_s: float = 20.0) -> None:
-        _terminate(list(reversed(self.procs)), timeout_s)
+        terminate(list(reversed(self.procs)), timeout_s)
         self.procs.clear()
 
 
@@ -359,7 +359,7 @@ def _tail(path: Path | None, lines: int = 15) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def _terminate(procs: list[subprocess.Popen], timeout_s: float) -> None:
+def terminate(procs: list[subprocess.Popen], timeout_s: float) -> None:
     """SIGTERM, then SIGKILL whatever has not exited within ``timeout_s``."""
     for proc in procs:
         if proc.poll() is None:

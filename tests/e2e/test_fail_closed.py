@@ -4,12 +4,11 @@ probes on the metrics ports say what each process is waiting for."""
 
 import asyncio
 import time
-import urllib.error
-import urllib.request
 
 import numpy as np
 import orjson
 
+from kip.devkit.http_probe import probe as _probe, until_ready as _until_ready
 from kip.schemas import Status
 from tests.e2e.conftest import client_for
 
@@ -74,22 +73,3 @@ async def _until_ok(s, timeout_s: float = 60.0) -> float:
             assert result.error.code in ("MODEL_UNAVAILABLE", "DEADLINE_EXCEEDED"), result
             await asyncio.sleep(0.05)
     raise TimeoutError(f"no ok result within {timeout_s} s of the worker's start")
-
-
-def _until_ready(port: int, timeout_s: float = 90.0) -> float:
-    give_up = time.monotonic() + timeout_s
-    while time.monotonic() < give_up:
-        if _probe(port, "/readyz")[0] == 200:
-            return time.monotonic()
-        time.sleep(0.05)
-    raise TimeoutError(f"the worker's /readyz did not answer 200 within {timeout_s} s")
-
-
-def _probe(port: int, path: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
-            return answer.status, answer.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
-    except OSError as err:   # not listening yet
-        return 0, repr(err).encode()

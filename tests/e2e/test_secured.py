@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import urllib.error
-import urllib.request
 import uuid
 
 import numpy as np
@@ -16,6 +14,7 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 
 from kip.devkit.broker import free_port_run
+from kip.devkit.http_probe import probe as _get
 from kip.devkit.stack import DevStack, tenant_credentials
 from kip.client import KipClient
 from kip.pipeline.access import AccessConfig, ApiKey, TenantPolicy
@@ -195,11 +194,3 @@ async def _until_code(stack, model: str, code: str | None, timeout_s: float = 60
                 return time.monotonic() - started
             await asyncio.sleep(0.2)
     raise TimeoutError(f"no {code or 'ok'} result for {model} within {timeout_s} s")
-
-
-def _get(port: int, path: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
-            return answer.status, answer.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()

@@ -5,10 +5,10 @@ it, each with the messaging conventions' attributes and kip's own."""
 
 import asyncio
 import time
-import urllib.request
 
 import numpy as np
 
+from kip.devkit.http_probe import until_ready as _until_ready
 from kip.devkit.otlp_receiver import OtlpReceiver, tree
 from kip.runtime import tracing
 from kip.schemas import Status
@@ -50,17 +50,6 @@ def _restart_with(s, env: dict) -> None:
         s.worker_env = shared
     for index in (PIPELINE, DIGITS):
         _until_ready(s.metrics_port(index))
-
-
-def _until_ready(port: int, timeout_s: float = 90.0) -> None:
-    give_up = time.monotonic() + timeout_s
-    while time.monotonic() < give_up:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5):
-                return
-        except OSError:   # refused while starting, 503 until ready
-            time.sleep(0.2)
-    raise TimeoutError(f"no /readyz 200 on :{port} within {timeout_s} s")
 
 
 async def _served(s):

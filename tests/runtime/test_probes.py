@@ -1,21 +1,12 @@
 """/healthz and /readyz beside /metrics, served over real HTTP from the server's thread."""
 
 import time
-import urllib.error
-import urllib.request
 
 import orjson
 
 from kip.devkit.broker import free_port
+from kip.devkit.http_probe import probe as _get
 from kip.runtime.probes import LIVE_WITHIN_S, Probes, serve
-
-
-def _get(port: int, path: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
-            return answer.status, answer.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
 
 
 def test_health_follows_the_beat_and_readiness_every_condition():
