@@ -41,6 +41,7 @@ def _kip_attributes(decision: Decision, sealing: Sealing) -> dict:
     audit = sealing.kept(decision.audit)   # pseudonyms, where the deployment keeps a key
     values = {"kip.request_id": audit.request_id, "kip.decision": audit.decision,
               "kip.error_code": audit.error_code, "kip.model": audit.model_name or audit.model,
-              "kip.model_version": audit.model_version, "kip.priority": audit.priority,
+              "kip.model_version": audit.model_version,
+              "kip.artifact_sha256": audit.artifact_sha256, "kip.priority": audit.priority,
               "kip.tenant": audit.tenant, "kip.fallback_from": audit.fallback_from}
     return {k: v for k, v in values.items() if v is not None}

@@ -45,6 +45,7 @@ def waits(pairs: list[tuple[ConsumerRecord, WorkItem]], pulled_ms: float, group:
                        | {"kip.request_id": item.request.request_id,
                           "kip.model": item.route.model_name,
                           "kip.model_version": item.route.model_version,
+                          "kip.artifact_sha256": item.route.artifact_sha256,
                           "kip.priority": item.request.priority.value},
                        parent=trace_of(record) or item.request.traceparent)
 

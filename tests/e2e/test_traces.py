@@ -95,7 +95,8 @@ def _check_hops(spans: dict, trace: str, prefix: str) -> None:
             "kip.priority": "interactive"}.items() <= admission.attributes.items()
     for span in (admission, wait):
         assert {"messaging.destination.partition.id", "messaging.kafka.offset",
-                "messaging.consumer.group.name", "kip.model_version"} <= set(span.attributes)
+                "messaging.consumer.group.name", "kip.model_version",
+                "kip.artifact_sha256"} <= set(span.attributes)
     assert wait.name == f"wait {prefix}.work.digits.interactive"
     assert batch.name == f"process {prefix}.work.digits.interactive"
     assert (trace, admission.span_id) in batch.links
