@@ -180,3 +180,12 @@ def test_the_alert_rules_and_dashboard_ship_as_config_maps(monitoring):
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert dashboard["data"]["kip.json"] == (root / "grafana" / "dashboards" / "kip.json").read_text()
     assert all(d["metadata"]["namespace"] == "monitoring" for d in monitoring)
+
+
+def test_the_audit_verifier_holds_the_public_keys_alone(rendered):
+    deployment = _of(rendered, "Deployment")["kip-audit-verify"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["containers"][0]["args"][:3] == ["audit", "verify", "--every"]
+    (keys,) = [v for v in pod["volumes"] if v["name"] == "keys"]
+    assert keys["secret"]["items"] == [{"key": "result-public.json",
+                                        "path": "result-public.json"}]
