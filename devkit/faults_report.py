@@ -14,7 +14,7 @@ from kip.audit.chains import ChainCheck
 from kip.devkit.availability import FaultCost, Timeline
 from kip.schemas.codec import decode
 from kip.schemas.deadletter import fallback_request_id
-from kip.schemas.errors import InvalidRequest, Overloaded
+from kip.schemas.errors import InvalidRequest, ModelUnavailable, Overloaded
 from kip.schemas.messages import AuditRecord, DeadLetterRecord, InferenceResult, Status
 from kip.schemas.messages import PRIORITIES
 from kip.schemas.result_signatures import ResultVerifier
@@ -121,10 +121,12 @@ class Tally:
 
 
 def _turned_away(results: list[InferenceResult]) -> bool:
-    """Ended by admission's overload check (a worker outage makes the estimated wait
-    pass the class's budget): a designed ending, before the request reached a worker."""
+    """Ended by admission's capacity check: overloaded (a worker outage makes the
+    estimated wait pass the class's budget) or no live worker (all of the model's down or
+    restarting: it fails closed). A designed ending, before the request reached a worker."""
     return bool(results) and results[0].status == Status.REJECTED and (
-        results[0].error is not None and results[0].error.code == Overloaded.code)
+        results[0].error is not None
+        and results[0].error.code in (Overloaded.code, ModelUnavailable.code))
 
 
 def _has_origin(dead: DeadLetterRecord) -> bool:
@@ -142,7 +144,7 @@ class FaultReport:
     outcomes: Counter = field(default_factory=Counter)
     poison: int = 0
     poison_deadlettered_once: int = 0
-    poison_turned_away: int = 0   # rejected OVERLOADED before any check, no dead letter
+    poison_turned_away: int = 0   # rejected by admission's capacity check: no dead letter
     deadletters_not_poison: int = 0
     undecodable_outputs: int = 0
     audit_chains: str = ""
@@ -191,8 +193,8 @@ class FaultReport:
     def _turned_away_line(self) -> str:
         if not self.poison_turned_away:
             return ""
-        return (f" ({self.poison_turned_away} more rejected OVERLOADED by admission, before "
-                "any check, and not dead-lettered)")
+        return (f" ({self.poison_turned_away} more rejected OVERLOADED or MODEL_UNAVAILABLE by "
+                "admission, before any check, and not dead-lettered)")
 
 
 def _join(counts: dict) -> str:

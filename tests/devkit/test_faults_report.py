@@ -19,9 +19,9 @@ def _result(request_id: str) -> bytes:
                                   timings=Timings(total_ms=1.0), produced_at_ms=1))
 
 
-def _overloaded(request_id: str) -> bytes:
+def _overloaded(request_id: str, code: str = "OVERLOADED") -> bytes:
     return encode(InferenceResult(request_id=request_id, status=Status.REJECTED,
-                                  error=ErrorInfo(code="OVERLOADED", message="busy"),
+                                  error=ErrorInfo(code=code, message="busy"),
                                   timings=Timings(total_ms=1.0), produced_at_ms=1))
 
 
@@ -83,15 +83,19 @@ def test_an_audit_record_outside_the_chains_fails_the_run():
 
 
 def test_poison_that_admission_turned_away_owes_no_dead_letter():
-    """A worker outage can make admission reject a request OVERLOADED before any check
-    runs on it: for poison, that is its one ending, and no dead letter is due; one that
-    was dead-lettered anyway is a defect."""
+    """A worker outage can make admission reject a request OVERLOADED, or with no live
+    worker MODEL_UNAVAILABLE, before any check runs on it: for poison, that is its one
+    ending, and no dead letter is due; one that was dead-lettered anyway is a defect."""
     t = _tally([(NAMES.results, _overloaded("away")), (NAMES.audit, _audit("away")),
+                (NAMES.results, _overloaded("closed", "MODEL_UNAVAILABLE")),
+                (NAMES.audit, _audit("closed")),
                 (NAMES.results, _result("p")), (NAMES.audit, _audit("p")),
                 (NAMES.deadletter, _dead("p"))])
-    report = t.report({"away": "overflowing-input", "p": "overflowing-input"}, failed_sends=0)
-    assert (report.poison, report.poison_deadlettered_once, report.poison_turned_away) == (2, 1, 1)
-    assert report.passed and "1 more rejected OVERLOADED" in "\n".join(report.lines())
+    report = t.report({"away": "overflowing-input", "closed": "overflowing-input",
+                       "p": "overflowing-input"}, failed_sends=0)
+    assert (report.poison, report.poison_deadlettered_once, report.poison_turned_away) == (3, 1, 2)
+    assert report.passed and "2 more rejected OVERLOADED or MODEL_UNAVAILABLE" in \
+        "\n".join(report.lines())
     t = _tally([(NAMES.results, _overloaded("away")), (NAMES.audit, _audit("away")),
                 (NAMES.deadletter, _dead("away"))])
     assert not t.report({"away": "overflowing-input"}, failed_sends=0).passed
