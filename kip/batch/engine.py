@@ -7,8 +7,10 @@ retried as its error says, outcomes in input order.
   rejects a request id it has seen as a replay.
 - Flow control comes from results: at most ``in_flight`` chunks are between submitted
   and handed out; the oldest is awaited before another goes.
-- OVERLOADED and QUOTA_EXCEEDED are back-pressure: the chunk waits ``retry_after_ms``
-  (or a growing backoff) and goes again, without counting against ``retries``. Other
+- OVERLOADED, QUOTA_EXCEEDED and MODEL_UNAVAILABLE with a ``retry_after_ms`` (no live
+  worker of the model: admission fails closed until one reports) are back-pressure: the
+  chunk waits ``retry_after_ms`` (or a growing backoff) and goes again, without
+  counting against ``retries``. Other
   retriable endings (INTERNAL, an expired deadline, no result within ``timeout_s``)
   go again up to ``retries`` times; anything else is the chunk's final outcome.
 """
@@ -30,6 +32,7 @@ from kip.schemas.messages import InferenceResult
 from kip.schemas.tensors import Tensor
 
 BACK_PRESSURE = {"OVERLOADED", "QUOTA_EXCEEDED"}
+NO_WORKER = "MODEL_UNAVAILABLE"   # back-pressure where admission says when to retry
 RETRIABLE = {"INTERNAL", "DEADLINE_EXCEEDED", "CLIENT_TIMEOUT"}
 FIRST_BACKOFF_MS, MAX_BACKOFF_MS = 200, 10_000
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -123,9 +126,9 @@ class BatchRun:
             attempt += 1
             if outcome.ok:
                 return outcome
-            if outcome.code in BACK_PRESSURE:
-                retry_after = outcome.result.error.retry_after_ms if outcome.result else None
-                await asyncio.sleep((retry_after or backoff_ms) / 1000)
+            wait_ms = back_pressure_ms(outcome, backoff_ms)
+            if wait_ms is not None:
+                await asyncio.sleep(wait_ms / 1000)
                 backoff_ms = min(MAX_BACKOFF_MS, backoff_ms * 2)
                 continue
             failures += 1
@@ -206,3 +209,13 @@ def _chunk(index: int, first: int, rows: list[dict[str, Any]]) -> Chunk:
         inputs.append(Tensor.text(name, values) if isinstance(values[0], str)
                       else Tensor.from_array(name, np.asarray(values, dtype=np.float32)))
     return Chunk(index, first, len(rows), inputs, list(range(first, first + len(rows))))
+
+
+def back_pressure_ms(outcome: Outcome, backoff_ms: int) -> int | None:
+    """How long to wait before sending a chunk that met back-pressure again (its
+    ``retry_after_ms``, else ``backoff_ms``); None: its outcome is not back-pressure."""
+    error = outcome.result.error if outcome.result is not None else None
+    retry_after = error.retry_after_ms if error is not None else None
+    if outcome.code in BACK_PRESSURE or (outcome.code == NO_WORKER and retry_after is not None):
+        return retry_after or backoff_ms
+    return None
