@@ -11,7 +11,7 @@ COPY pipeline ./pipeline
 COPY workers ./workers
 COPY kip ./kip
 COPY devkit ./devkit
-RUN pip install --no-cache-dir '.[pipeline,gpu,s3]'
+RUN pip install --no-cache-dir '.[pipeline,gpu,s3,tracing]'
 # kip runs as a user of its own; the folders its named volumes mount on start out its own.
 RUN useradd --system --uid 10001 --create-home --home-dir /home/kip kip \
  && mkdir -p /registry /home/kip/.kip && chown kip:kip /registry /home/kip/.kip
