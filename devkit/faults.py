@@ -42,7 +42,7 @@ from kip.schemas.codec import REQUEST_ID_HEADER
 from kip.schemas.deadletter import fallback_request_id
 from kip.client import KipClient
 from kip.runtime.settings import KipSettings
-from kip.schemas.messages import InferenceRequest, Priority
+from kip.schemas.messages import InferenceRequest, Priority, Status
 from kip.schemas.result_signatures import ResultKeys
 
 DEADLINE_MS = 30 * 60_000      # long: this harness counts delivery, not latency
@@ -93,7 +93,7 @@ async def _run(plan: FaultPlan, stack: DevStack, supervisor: Supervisor, log
             report.unplanned = dict(supervisor.unplanned)
             steady = tally.timeline.steady()   # none where faults leave no calm minute
             report.costs = tally.timeline.costs() + ([steady] if steady.requests else [])
-            report.replay = await _replayed(client, tally, sent.last)
+            report.replay = await _replayed(client, tally, _last_admitted(tally, sent))
             report.elapsed_s = time.monotonic() - started
             return report
         finally:
@@ -123,6 +123,16 @@ async def _follow(tally: Tally) -> None:
         await tally.poll(0.2)
 
 
+def _last_admitted(tally: Tally, sent: Sent) -> InferenceRequest | None:
+    """The last normal request the pipeline admitted (not one it rejected: a rejected
+    request is no one's to replay; its sender may send it again)."""
+    for request in reversed(sent.normal):
+        results = tally.results.get(request.request_id, [])
+        if results and results[0].status != Status.REJECTED:
+            return request
+    return None
+
+
 async def _replayed(client: KipClient, tally: Tally, request) -> str:
     """Send a copy of an admitted request (the last sent, inside the replay window) and
     say how it ended: ``REPLAY_REFUSED``, or what went wrong."""
@@ -144,7 +154,7 @@ async def _replayed(client: KipClient, tally: Tally, request) -> str:
 class Sent:
     kinds: dict[str, str] = field(default_factory=dict)   # request id -> normal / poison kind
     failed: int = 0                                       # Kafka never took these
-    last: InferenceRequest | None = None   # the last normal request, to send a copy of
+    normal: list[InferenceRequest] = field(default_factory=list)   # to send a copy of
 
 
 async def _send_all(plan: FaultPlan, client: KipClient, timeline: Timeline, log) -> Sent:
@@ -166,7 +176,8 @@ async def _send_all(plan: FaultPlan, client: KipClient, timeline: Timeline, log)
         delivery, request = await _send_one(client, request_id, kind, priority,
                                             images[i % 64:i % 64 + 1])
         deliveries.append((request_id, kind, delivery))
-        sent.last = request if kind == "normal" else sent.last
+        if kind == "normal":
+            sent.normal.append(request)
         if i % 1000 == 999:
             log(f"  sent {i + 1}/{plan.requests}")
         await asyncio.sleep(max(0.0, began + (i + 1) / plan.rate - time.monotonic()))

@@ -96,7 +96,13 @@ class Tally:
             results = self.results.get(request_id, [])
             finals = self.final_audit.get(request_id, 0)
             r.lost += not results
-            r.duplicated += len(results) > 1 or finals > 1
+            if len(results) > 1 or finals > 1:
+                r.duplicated += 1
+                if len(r.duplicate_examples) < 5:
+                    r.duplicate_examples.append(
+                        f"{request_id}: " + ", ".join(
+                            f"{x.status.value} {x.error.code if x.error else ''}".strip()
+                            for x in results) + f"; {finals} final audit records")
             r.unseen += request_id not in self.audited and not results
             r.orphaned += bool(results) != bool(finals)
             for result in results[:1]:
@@ -112,6 +118,9 @@ class Tally:
                                                    and _has_origin(letters[0]))
         r.deadletters_not_poison = sum(len(v) for k, v in self.deadletters.items()
                                        if sent.get(k, "normal") == "normal" and k in sent)
+        r.deadletter_examples = [f"{k}: {letters[0].error_code} {letters[0].reason[:160]}"
+                                 for k, letters in self.deadletters.items()
+                                 if k in sent and sent[k] == "normal"][:3]
         r.undecodable_outputs = self.undecodable
         chains = self.chains.finish()
         r.audit_chains = (f"{chains.records} records, {chains.chains} chains, {chains.sealed} "
@@ -139,6 +148,7 @@ class FaultReport:
     failed_sends: int = 0
     lost: int = 0
     duplicated: int = 0
+    duplicate_examples: list[str] = field(default_factory=list)   # how a few ended
     unseen: int = 0
     orphaned: int = 0
     outcomes: Counter = field(default_factory=Counter)
@@ -146,6 +156,7 @@ class FaultReport:
     poison_deadlettered_once: int = 0
     poison_turned_away: int = 0   # rejected by admission's capacity check: no dead letter
     deadletters_not_poison: int = 0
+    deadletter_examples: list[str] = field(default_factory=list)   # good requests' letters
     undecodable_outputs: int = 0
     audit_chains: str = ""
     audit_chain_problems: list[str] = field(default_factory=list)
@@ -172,13 +183,15 @@ class FaultReport:
             f"faults: {_join(self.faults)}",
             f"unplanned restarts: {_join(self.unplanned) or 'none'}",
             f"lost (no result): {self.lost}",
-            f"duplicated (more than one result or final audit record): {self.duplicated}",
+            f"duplicated (more than one result or final audit record): {self.duplicated}"
+            + "".join(f"\n  {e}" for e in self.duplicate_examples),
             f"unseen (no result and no audit record at all): {self.unseen}",
             f"orphaned (result without final audit record, or the reverse): {self.orphaned}",
             f"outcomes: {_join(self.outcomes)}",
             f"poison: {self.poison_deadlettered_once}/{self.poison - self.poison_turned_away} "
             f"dead-lettered exactly once with their origin{self._turned_away_line()}; dead "
-            f"letters for good requests: {self.deadletters_not_poison}",
+            f"letters for good requests: {self.deadletters_not_poison}"
+            + "".join(f"\n  {e}" for e in self.deadletter_examples),
             f"records left unconsumed (stalled partitions): {leftover} "
             f"({_join(self.leftover)})",
             f"audit chains (kip audit verify): {self.audit_chains}; broken links: "

@@ -178,11 +178,15 @@ def check_loadable(route: Route, ctx: Context) -> None:
 
 
 def check_served(model: str, priority: Priority, ctx: Context) -> None:
-    """A model without its work topic cannot be served (and must not stall the pipeline)."""
+    """A model without its work topic cannot be served (and must not stall the pipeline);
+    one whose partitions the pipeline cannot place a work item on is not served yet."""
     topic = ctx.names.work(model, priority)
     if ctx.topics is not None and topic not in ctx.topics:
         raise ModelNotFound(f"model {model} has no work topic {topic}: "
                             f"run `kip topics apply --models {model}` and start a worker")
+    if ctx.partitions is not None and not ctx.partitions.get(topic):
+        raise ModelUnavailable(f"the partitions of {topic} are not known yet (the cluster's "
+                               "metadata)", retry_after_ms=NO_WORKER_RETRY_MS)
 
 
 def _model_limit(origin: Origin, ctx: Context) -> int | None:

@@ -56,7 +56,7 @@ class KnownTopics:
             self._admin = self.kafka.admin(client_id="kip-pipeline-topics")
             await self._admin.start()
         topics = await self._admin.describe_topics()   # one metadata request, as a list
-        self.partitions = {t["topic"]: len(t["partitions"]) for t in topics}
+        self.partitions = _counted(topics, self.partitions)
         self._known = frozenset(self.partitions)
         self._read_at = time.monotonic()
 
@@ -86,3 +86,18 @@ class KnownTopics:
         admin, self._admin = self._admin, None
         if admin is not None:
             await admin.close()
+
+
+def _counted(topics: list[dict], before: dict[str, int]) -> dict[str, int]:
+    """Partitions per topic from a description of every topic. A topic a broker
+    describes with an error or no partitions (its leaders moving, a broker just back)
+    keeps the count read before, or is left out until one is read: a work item placed
+    on partition "unknown" would go where the producer's partitioner puts it, not where
+    its stamp says, and its worker would refuse it as a copy."""
+    out = {}
+    for topic in topics:
+        count = len(topic["partitions"]) if topic["error_code"] == 0 else 0
+        count = count or before.get(topic["topic"], 0)
+        if count:
+            out[topic["topic"]] = count
+    return out

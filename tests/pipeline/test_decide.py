@@ -254,6 +254,17 @@ def test_a_model_with_no_live_worker_degrades_to_a_live_fallback(ctx, small_regi
     _rejected(decide(_payload(again), _origin(), ctx), "MODEL_UNAVAILABLE")
 
 
+def test_a_work_topic_whose_partitions_are_unknown_is_not_routed_to(ctx):
+    """A work item needs the partition its stamp names: with the topic's partition count
+    unknown (metadata mid-move) the request waits for a retry, it is not placed blind."""
+    partitions = {t: 3 for t in ctx.topics} | {"kip.work.digits.standard": 0}
+    request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
+    d = _rejected(decide(_payload(request), _origin(), replace(ctx, partitions=partitions)),
+                  "MODEL_UNAVAILABLE")
+    assert "partitions of kip.work.digits.standard are not known" in d.result.error.message
+    assert d.result.error.retry_after_ms == 1000
+
+
 def test_a_model_without_work_topics_is_not_found_instead_of_stalling(ctx):
     request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)
     d = _rejected(decide(_payload(request), _origin(), replace(ctx, topics=frozenset())),
@@ -335,7 +346,8 @@ def test_a_tenant_sends_on_its_request_partition_only(ctx, access):
     names: then its messages are one ordered queue, and a noisy tenant can have one of
     its own."""
     from kip.transport.partitioning import key_partition
-    ctx = replace(ctx, partitions={"kip.requests.standard": 8})
+    ctx = replace(ctx, partitions={"kip.requests.standard": 8,
+                                   "kip.work.digits.standard": 3})
     home = key_partition(b"acme", list(range(8)))
     for partition in range(8):
         request = signer().request("digits", PIXELS, issued_at_ms=NOW_MS)

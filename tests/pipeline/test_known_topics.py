@@ -85,3 +85,11 @@ async def _create_topic(broker, name: str) -> None:
         await admin.create_topics([NewTopic(name, 1, 1)])
     finally:
         await admin.close()
+
+
+def test_a_topic_described_with_an_error_keeps_the_partitions_read_before():
+    from kip.pipeline.known_topics import _counted
+    described = [{"topic": "w", "error_code": 5, "partitions": []},      # leader moving
+                 {"topic": "new", "error_code": 5, "partitions": []},
+                 {"topic": "ok", "error_code": 0, "partitions": [{}, {}, {}]}]
+    assert _counted(described, {"w": 12}) == {"w": 12, "ok": 3}
