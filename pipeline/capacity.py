@@ -8,7 +8,12 @@ backlog of C and of every higher class (workers serve higher classes first).
 Telemetry is believed only within bounds: values past the schema's limits never decode
 (the follower counts and skips them), a record dated more than ``FUTURE_SKEW_MS`` ahead
 of this clock or already stale is ignored, and a worker unheard for ``STALE_AFTER_MS``
-counts for nothing.
+counts for nothing: its model, with no live worker left, fails closed
+(pipeline/decide.py). Where no worker of any model has been heard for that long, the
+telemetry path itself is the likelier casualty (the topic's leader moving in a broker
+failover stops every report at once), and workers count as live for
+``SILENT_GRACE_MS`` after their last report instead: a failover does not turn every model
+away, while all workers dying at once is still seen within the grace.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from kip.schemas.messages import Priority, WorkerTelemetry, priority_of
 
 STALE_AFTER_MS = 5_000    # workers report every second
 NO_WORKER_RETRY_MS = 1_000   # a retry's wait where no worker is live: one report's time
+SILENT_GRACE_MS = 20_000   # while no worker at all is heard: a broker failover's length
 FUTURE_SKEW_MS = 2_000    # clock difference tolerated between a worker and the pipeline
 
 
@@ -58,9 +64,15 @@ class CapacityView:
         if found is None:
             if len(self._serving) > 256:
                 self._serving.clear()
+            stale_ms = STALE_AFTER_MS if self.heard(now_ms) else SILENT_GRACE_MS
             found = self._serving[key] = [t for t in self.workers.values()
-                                          if t.model == model and live(t, now_ms)]
+                                          if t.model == model and live(t, now_ms, stale_ms)]
         return found
+
+    def heard(self, now_ms: int) -> bool:
+        """Whether any worker of any model reported within ``STALE_AFTER_MS``."""
+        newest = max((t.at_ms for t in list(self.workers.values())), default=None)
+        return newest is not None and now_ms - newest < STALE_AFTER_MS
 
     def forwarded(self, model: str, priority: Priority) -> None:
         self._sent[model][priority] += 1
@@ -77,5 +89,5 @@ class CapacityView:
         return ahead / rate * 1000
 
 
-def live(telemetry: WorkerTelemetry, now_ms: int) -> bool:
-    return -FUTURE_SKEW_MS <= now_ms - telemetry.at_ms < STALE_AFTER_MS
+def live(telemetry: WorkerTelemetry, now_ms: int, stale_ms: int = STALE_AFTER_MS) -> bool:
+    return -FUTURE_SKEW_MS <= now_ms - telemetry.at_ms < stale_ms

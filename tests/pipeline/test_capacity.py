@@ -69,3 +69,19 @@ def test_the_telemetry_follower_refuses_future_and_absurd_records():
         apply(b"w", orjson.dumps(_t("w", 1, {}).model_dump(mode="json")
                                  | {"backlog": {"interactive": 10**12}}))
     assert view.workers == {}
+
+
+def test_a_silent_worker_goes_stale_unless_every_worker_is_silent():
+    """One worker unheard for 5 s while others report is gone; every worker unheard at
+    once is the telemetry path failing (a broker failover), and they count as live for
+    the grace before the models fail closed."""
+    from kip.pipeline.capacity import SILENT_GRACE_MS, STALE_AFTER_MS
+    view = CapacityView()
+    view.update("w1", _t("w1", 100, {}, at_ms=1000))
+    other = _t("w2", 100, {}, at_ms=1000 + STALE_AFTER_MS).model_copy(update={"model": "n"})
+    view.update("w2", other)
+    assert view.serving("m", 1000 + STALE_AFTER_MS) == []          # n still reports
+    quiet = CapacityView()
+    quiet.update("w1", _t("w1", 100, {}, at_ms=1000))
+    assert len(quiet.serving("m", 1000 + STALE_AFTER_MS + 1)) == 1    # all silent: grace
+    assert quiet.serving("m", 1000 + SILENT_GRACE_MS) == []
