@@ -90,9 +90,7 @@ async def _compare(admin: AIOKafkaAdminClient, specs: list[TopicSpec], report: A
                    ) -> None:
     described = {t["topic"]: t for t in await _until_served(admin, [s.name for s in specs],
                                                               leaders=False)}
-    configs = await admin.describe_configs(
-        [ConfigResource(ConfigResourceType.TOPIC, s.name) for s in specs])
-    actual_config = _config_by_topic(configs)
+    actual_config = await _configs(admin, [s.name for s in specs])
     for spec in specs:
         problems = []
         partitions = len(described[spec.name]["partitions"])
@@ -153,10 +151,25 @@ def _served(topic: dict, leaders: bool = True) -> bool:
             and (not leaders or all(p["leader"] >= 0 for p in topic["partitions"])))
 
 
+async def _configs(admin: AIOKafkaAdminClient, names: list[str], timeout_s: float = 30.0
+                   ) -> dict[str, dict[str, str]]:
+    """Each topic's configuration, once a broker describes every one of them: the
+    broker asked may not know a topic just made (it describes it with an error, no
+    entries), and its settings would read as drift."""
+    give_up = time.monotonic() + timeout_s
+    while True:
+        configs = _config_by_topic(await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, name) for name in names]))
+        if all(configs.get(name) for name in names) or time.monotonic() > give_up:
+            return configs
+        await asyncio.sleep(0.05)
+
+
 def _config_by_topic(responses) -> dict[str, dict[str, str]]:
+    """Topic -> its settings; a topic described with an error gets none."""
     out: dict[str, dict[str, str]] = {}
     for response in responses:
         for resource in response.resources:
-            _err, _msg, _type, name, entries = resource[:5]
-            out[name] = {e[0]: e[1] for e in entries}
+            err, _msg, _type, name, entries = resource[:5]
+            out[name] = {} if err else {e[0]: e[1] for e in entries}
     return out
