@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from kip.pipeline.access import authenticate, authorize, may_use
 from kip.pipeline.cancels import decide_cancel, is_cancel
-from kip.pipeline.capacity import NO_WORKER_RETRY_MS, STALE_AFTER_MS
+from kip.pipeline.capacity import NO_WORKER_RETRY_MS, SILENT_GRACE_MS, STALE_AFTER_MS
 from kip.pipeline.admission import (check_deadline, check_payload_size, check_request_limits,
                                     check_wait, effective_deadline)
 from kip.pipeline.decisions import (STAGE, Context, Decision, Forward, Message, Origin,
@@ -156,13 +156,15 @@ def within_capacity(request: InferenceRequest, route: Route, deadline_ms: int,
 
 
 def check_capacity(model: str, priority: Priority, deadline_ms: int, ctx: Context) -> None:
-    """Fail closed: with no live worker (none has reported telemetry within
-    ``STALE_AFTER_MS``, pipeline/capacity.py) a request would wait in a topic nobody reads
-    until its deadline, so it ends ``MODEL_UNAVAILABLE`` now, retriable; the model's
-    first worker to report reopens it. Otherwise the estimated wait must fit."""
+    """Fail closed: with no live worker (none has reported telemetry lately,
+    pipeline/capacity.py) a request would wait in a topic nobody reads until its
+    deadline, so it ends ``MODEL_UNAVAILABLE`` now, retriable; the model's first worker to
+    report reopens it. Otherwise the estimated wait must fit."""
     if not ctx.capacity.serving(model, ctx.now_ms):
-        raise ModelUnavailable(f"no live worker of {model}: none has reported in the last "
-                               f"{STALE_AFTER_MS // 1000} s", retry_after_ms=NO_WORKER_RETRY_MS)
+        raise ModelUnavailable(
+            f"no live worker of {model}: none has reported in the last "
+            f"{STALE_AFTER_MS // 1000} s ({SILENT_GRACE_MS // 1000} s while no worker of any "
+            "model reports)", retry_after_ms=NO_WORKER_RETRY_MS)
     estimate = ctx.capacity.estimate_wait_ms(model, priority, ctx.now_ms)
     check_wait(estimate, priority, deadline_ms, ctx.now_ms, ctx.policy)
 
